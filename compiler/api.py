@@ -1,0 +1,46 @@
+"""The public entry points that wire the stages together: compile, parse, (later) grad and ONNX."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from gradc.errors import GradcError, UnsupportedError, VerifyError
+from gradc.executable import Executable
+from gradc.ir.core import Graph
+
+TARGETS = ("reference", "numpy", "c", "onnx")
+
+
+def _check_shapes(shapes: Mapping[str, int] | None) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for k, v in (shapes or {}).items():
+        if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise VerifyError(f"compile: shapes[{k!r}]: expected an int >= 1, got {v!r}")
+        out[k] = v
+    return out
+
+
+def compile(graph: Graph, target: str = "c", passes: str | Sequence[str] | None = "default",
+            shapes: Mapping[str, int] | None = None, **options: Any) -> Executable:
+    """Verify, optimize and lower a graph for one target; returns an ``Executable``."""
+    if not isinstance(graph, Graph):
+        raise VerifyError(f"compile: graph: expected a gradc.Graph, got {type(graph).__name__}")
+    if target not in TARGETS:
+        raise VerifyError(f"compile: target: expected one of {', '.join(TARGETS)}, got {target!r}")
+    shapes = _check_shapes(shapes)
+    graph.verify()
+    from gradc.passes import optimize
+    opt = optimize(graph, passes)
+    g = opt.graph
+    if target == "reference":
+        from gradc.backends.reference import ReferenceRunner
+        return Executable(g, target, ReferenceRunner(g), shapes, report=opt.report)
+    try:
+        from importlib import import_module
+        backend = import_module(f"gradc.backends.{target}_target")
+    except ImportError:
+        raise UnsupportedError(f"compile: target {target!r} is not available in this build") from None
+    return backend.build(g, shapes, report=opt.report, **options)
+
+
+__all__ = ["compile", "GradcError"]

@@ -1,0 +1,124 @@
+"""ReLU and clip with their gradients (SPEC.md §2, §3): bit-exact selections."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from gradc.ir.core import Node, Value
+from gradc.ir.ops.common import CLIP_DTYPES, RELU_DTYPES
+from gradc.ir.ops.registry import Checker, OpDef, make_node, register
+from gradc.ir.types import TensorType
+
+ELEMENTWISE = frozenset({"pure", "elementwise", "fusible"})
+
+
+def _zero(a: np.ndarray) -> np.ndarray:
+    return np.zeros((), a.dtype)  # +0 of the array's dtype
+
+
+@register
+class Relu(OpDef):
+    """``relu(input)``: x if x > 0 else +0 (NaN and -0 give +0)."""
+
+    name = "relu"
+    operands = ("input",)
+    traits = ELEMENTWISE
+
+    def infer(self, c: Checker) -> list[TensorType]:
+        c.dtype_in("input", RELU_DTYPES)
+        c.rank_in("input", 1, 8)
+        return [c.t("input")]
+
+    def reference(self, attrs: Mapping[str, Any], x: np.ndarray) -> list[np.ndarray]:
+        return [np.where(x > 0, x, _zero(x))]
+
+    def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
+        """y = relu(x)  =>  dx = relu_grad(x, dy)."""
+        (dy,) = grads
+        return [None if dy is None else make_node("relu_grad", [node.inputs[0], dy], {})]
+
+
+@register
+class ReluGrad(OpDef):
+    """``relu_grad(input, input_gradient)``: dy where x > 0, else +0."""
+
+    name = "relu_grad"
+    operands = ("input", "input_gradient")
+    traits = ELEMENTWISE
+
+    def infer(self, c: Checker) -> list[TensorType]:
+        c.dtype_in("input", RELU_DTYPES)
+        c.rank_in("input", 1, 8)
+        c.same_dtype("input_gradient", "input")
+        c.same_shape("input_gradient", "input")
+        return [c.t("input")]
+
+    def reference(self, attrs: Mapping[str, Any], x: np.ndarray,
+                  dy: np.ndarray) -> list[np.ndarray]:
+        return [np.where(x > 0, dy, _zero(dy))]
+
+
+def _clip_bounds(c: Checker) -> None:
+    d = c.t("input").dtype
+    c.scalar("min", d)
+    c.scalar("max", d)
+
+
+def bounds(attrs: Mapping[str, Any], dtype: np.dtype) -> tuple[np.generic, np.generic]:
+    """The clip bounds as NumPy scalars of the tensor's dtype."""
+    t = np.dtype(dtype).type
+    return t(attrs["min"]), t(attrs["max"])
+
+
+@register
+class Clip(OpDef):
+    """``clip(input, min, max)``: max(min, min(x, max)); NaN gives max (min if min > max)."""
+
+    name = "clip"
+    operands = ("input",)
+    traits = ELEMENTWISE
+
+    def infer(self, c: Checker) -> list[TensorType]:
+        c.dtype_in("input", CLIP_DTYPES)
+        c.rank_in("input", 1, 8)
+        _clip_bounds(c)
+        return [c.t("input")]
+
+    def reference(self, attrs: Mapping[str, Any], x: np.ndarray) -> list[np.ndarray]:
+        mn, mx = bounds(attrs, x.dtype)
+        t = np.where(x > mx, mx, x)
+        y = np.where(t < mn, mn, t)
+        if x.dtype.kind == "f":
+            y = np.where(x != x, mx if mn <= mx else mn, y)
+        return [y.astype(x.dtype, copy=False)]
+
+    def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
+        """y = clip(x, a, b)  =>  dx = clip_grad(x, dy, a, b)."""
+        (dy,) = grads
+        if dy is None:
+            return [None]
+        return [make_node("clip_grad", [node.inputs[0], dy], dict(node.attrs))]
+
+
+@register
+class ClipGrad(OpDef):
+    """``clip_grad(input, input_gradient, min, max)``: 0 where x <= min or x >= max, else dy."""
+
+    name = "clip_grad"
+    operands = ("input", "input_gradient")
+    traits = ELEMENTWISE
+
+    def infer(self, c: Checker) -> list[TensorType]:
+        c.dtype_in("input", CLIP_DTYPES)
+        c.rank_in("input", 1, 8)
+        c.same_dtype("input_gradient", "input")
+        c.same_shape("input_gradient", "input")
+        _clip_bounds(c)
+        return [c.t("input")]
+
+    def reference(self, attrs: Mapping[str, Any], x: np.ndarray,
+                  dy: np.ndarray) -> list[np.ndarray]:
+        mn, mx = bounds(attrs, x.dtype)
+        return [np.where((x <= mn) | (x >= mx), _zero(dy), dy)]

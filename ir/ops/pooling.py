@@ -1,0 +1,149 @@
+"""Max pooling and its gradient (SPEC.md §5): lowest-index ties, padding never a candidate."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from gradc.ir.core import Node, Value
+from gradc.ir.ops.common import POOL_DTYPES, POOL_GRAD_DTYPES, acc_dtype, lowest
+from gradc.ir.ops.registry import Checker, OpDef, make_node, register
+from gradc.ir.types import DType, TensorType
+
+POOL_FIELDS = ("window_size", "strides", "start_padding", "end_padding", "dilations")
+
+
+def pool_size(n: int, w: int, s: int, sp: int, ep: int, d: int) -> int:
+    """The floor output size of one spatial axis, dilation-aware (SPEC.md §5.1)."""
+    return max(1, (n + sp + ep - ((w - 1) * d + 1)) // s + 1)
+
+
+def _pool_arrays(c: Checker, nd: int) -> dict[str, tuple[int, ...]]:
+    return {
+        "window_size": c.ints("window_size", nd, lo=1),
+        "strides": c.ints("strides", nd, lo=1, default=(1,) * nd),
+        "start_padding": c.ints("start_padding", nd, lo=0, default=(0,) * nd),
+        "end_padding": c.ints("end_padding", nd, lo=0, default=(0,) * nd),
+        "dilations": c.ints("dilations", nd, lo=1, default=(1,) * nd),
+    }
+
+
+def floor_sizes(shape: Sequence[int], p: Mapping[str, Sequence[int]]) -> list[int]:
+    """``pool_size`` of every spatial axis."""
+    return [pool_size(n, *(p[k][i] for k in POOL_FIELDS)) for i, n in enumerate(shape)]
+
+
+@register
+class MaxPooling(OpDef):
+    """``max_pooling(input, window_size, ...)``: window maxima (and their flat indices)."""
+
+    name = "max_pooling"
+    operands = ("input",)
+    traits = frozenset({"pure"})
+
+    def infer(self, c: Checker) -> list[TensorType]:
+        rank = c.rank_in("input", 4, 5)
+        c.dtype_in("input", POOL_DTYPES)
+        c.static_dims("input", range(2, rank))
+        p = _pool_arrays(c, rank - 2)
+        with_indices = c.boolean("output_indices", default=False)
+        floor = floor_sizes(c.t("input").shape[2:], p)
+        out = c.ints("output_sizes", rank - 2, lo=1, default=tuple(floor))
+        for i, (o, f) in enumerate(zip(out, floor)):
+            if o > f + 1:
+                c.fail(f"output_sizes[{i}]", f"an integer in 1..{f + 1} (floor size + 1)", o)
+        t = c.t("input")
+        y = TensorType(t.dtype, t.shape[:2] + out)
+        return [y, TensorType(DType.int64, y.shape)] if with_indices else [y]
+
+    def reference(self, attrs: Mapping[str, Any], x: np.ndarray) -> list[np.ndarray]:
+        best, index, found = window_argmax(x, attrs, attrs["output_sizes"])
+        y = np.where(found, best, lowest(x.dtype))
+        i = np.where(found, index, 0)
+        return [y, i] if attrs["output_indices"] else [y]
+
+    def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
+        """y = max_pooling(x, p)  =>  dx = max_pooling_grad(x, dy, p); indices get none."""
+        dy = grads[0]
+        if dy is None:
+            return [None]
+        return [make_node("max_pooling_grad", [node.inputs[0], dy],
+                          {k: node.attrs[k] for k in POOL_FIELDS})]
+
+
+@register
+class MaxPoolingGrad(OpDef):
+    """``max_pooling_grad(input, input_gradient, window_size, ...)``: dy summed at each argmax."""
+
+    name = "max_pooling_grad"
+    operands = ("input", "input_gradient")
+    traits = frozenset({"pure", "fusible"})
+
+    def infer(self, c: Checker) -> list[TensorType]:
+        rank = c.rank_in("input", 4, 5)
+        c.dtype_in("input", POOL_GRAD_DTYPES)
+        c.same_dtype("input_gradient", "input")
+        if c.t("input_gradient").rank != rank:
+            c.fail("input_gradient.rank", f"{rank} (same as input)", c.t("input_gradient").rank)
+        c.static_dims("input", range(2, rank))
+        c.static_dims("input_gradient", range(2, rank))
+        p = _pool_arrays(c, rank - 2)
+        x, dy = c.t("input").shape, c.t("input_gradient").shape
+        if dy[:2] != x[:2]:
+            c.fail("input_gradient.shape", f"N, C = {x[0]}, {x[1]} (same as input)",
+                   f"{dy[0]}, {dy[1]}")
+        for i, f in enumerate(floor_sizes(x[2:], p)):
+            if not 1 <= dy[2 + i] <= f + 1:
+                c.fail("input_gradient.shape", f"1..{f + 1} on spatial axis {i} (floor size + 1)",
+                       dy[2 + i])
+        return [c.t("input")]
+
+    def reference(self, attrs: Mapping[str, Any], x: np.ndarray,
+                  dy: np.ndarray) -> list[np.ndarray]:
+        _, index, found = window_argmax(x, attrs, dy.shape[2:])
+        acc = np.zeros(x.size, acc_dtype(x.dtype))
+        # ufunc.at adds in the order of its index array: increasing logical index of dy.
+        np.add.at(acc, index[found], dy[found].astype(acc.dtype))
+        return [acc.reshape(x.shape).astype(x.dtype)]
+
+
+def window_argmax(x: np.ndarray, p: Mapping[str, Sequence[int]],
+                  out: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per window: (best value, flat index, whether any input element was a candidate).
+
+    Taps are visited in window order (increasing logical index); a tap replaces the best so far
+    only if it is not NaN and the best is NaN or smaller, so ties keep the lowest index.
+    """
+    spatial = x.shape[2:]
+    shape = x.shape[:2] + tuple(out)
+    best = np.zeros(shape, x.dtype)
+    index = np.zeros(shape, np.int64)
+    found = np.zeros(shape, bool)
+    nd = len(spatial)
+    el_strides = [int(np.prod(spatial[a + 1:], dtype=np.int64)) for a in range(nd)]
+    base = (np.arange(x.shape[0] * x.shape[1], dtype=np.int64)
+            * int(np.prod(spatial, dtype=np.int64))).reshape(x.shape[:2] + (1,) * nd)
+    grid = [np.arange(n, dtype=np.int64) for n in out]
+    for k in itertools.product(*(range(w) for w in p["window_size"])):
+        pos = [grid[a] * p["strides"][a] - p["start_padding"][a] + k[a] * p["dilations"][a]
+               for a in range(nd)]
+        ok = [(q >= 0) & (q < spatial[a]) for a, q in enumerate(pos)]
+        if not all(m.any() for m in ok):
+            continue
+        pos = [np.clip(q, 0, spatial[a] - 1) for a, q in enumerate(pos)]
+        v = x[(slice(None), slice(None)) + np.ix_(*pos)]
+        valid = np.ones((1, 1) + (1,) * nd, bool)
+        flat = base
+        for a, (q, m) in enumerate(zip(pos, ok)):
+            bshape = (1, 1) + tuple(-1 if b == a else 1 for b in range(nd))
+            valid = valid & m.reshape(bshape)
+            flat = flat + (q * el_strides[a]).reshape(bshape)
+        with np.errstate(invalid="ignore"):
+            better = (v == v) & ((best != best) | (v > best))
+        take = valid & (~found | better)
+        best = np.where(take, v, best)
+        index = np.where(take, flat, index)
+        found |= valid
+    return best, index, found

@@ -1,0 +1,296 @@
+"""The operator registry, the argument checker shared by every op, and node construction."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, ClassVar, Mapping, Sequence
+
+import numpy as np
+
+from gradc.errors import VerifyError
+from gradc.ir.core import Graph, Node, Value, current_graph
+from gradc.ir.types import Dim, DType, TensorType
+
+REGISTRY: dict[str, "OpDef"] = {}
+
+
+class OpDef:
+    """One operator: operands, traits, inference with validation, reference and VJP rule.
+
+    Subclasses set ``name``, ``operands`` and ``traits`` and implement ``infer`` (checks the
+    arguments in SPEC.md's checklist order, normalizes attributes, returns result types) and
+    ``reference`` (NumPy arrays in, list of arrays out). ``vjp`` builds the gradient nodes.
+    """
+
+    name: ClassVar[str]
+    operands: ClassVar[tuple[str, ...]]
+    traits: ClassVar[frozenset[str]] = frozenset({"pure"})
+    variadic: ClassVar[bool] = False
+
+    def infer(self, c: "Checker") -> list[TensorType]:
+        raise NotImplementedError
+
+    def reference(self, attrs: Mapping[str, Any], *args: np.ndarray) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
+        """Gradients of the node's inputs given the gradients of its outputs (None = zero)."""
+        raise NotImplementedError(f"{self.name} has no gradient rule")
+
+
+def register(cls: type[OpDef]) -> type[OpDef]:
+    """Class decorator: instantiate an OpDef and add it to the registry under its name."""
+    if cls.name in REGISTRY:
+        raise RuntimeError(f"operator {cls.name} is defined twice")
+    REGISTRY[cls.name] = cls()
+    return cls
+
+
+def get_op(name: str) -> OpDef:
+    """The definition of a registered op; VerifyError for an unknown name."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise VerifyError(f"{name}: op: expected a registered operator, got unknown op "
+                          f"{name!r}") from None
+
+
+_MISSING = object()
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+class Checker:
+    """Checks an op's arguments in order and collects the normalized attributes."""
+
+    def __init__(self, op: str, types: Mapping[str, TensorType], raw: Mapping[str, Any]) -> None:
+        self.op = op
+        self.types = dict(types)
+        self.raw = dict(raw)
+        self.attrs: dict[str, Any] = {}
+
+    # -- failures ---------------------------------------------------------------------
+    def fail(self, field: str, expected: str, got: object) -> VerifyError:
+        """Raise the SPEC.md §1.5 error: ``<op>: <field>: expected <what>, got <given>``."""
+        raise VerifyError(f"{self.op}: {field}: expected {expected}, got {got}")
+
+    def finish(self) -> None:
+        """Reject arguments the op does not take."""
+        for k in self.raw:
+            if k not in self.attrs:
+                self.fail(k, "no such argument", repr(self.raw[k]))
+
+    # -- tensors ----------------------------------------------------------------------
+    def t(self, operand: str) -> TensorType:
+        """The type of an operand."""
+        return self.types[operand]
+
+    def dtype_in(self, operand: str, allowed: Sequence[DType]) -> DType:
+        """Check that an operand's dtype is one of ``allowed``."""
+        d = self.t(operand).dtype
+        if d not in allowed:
+            self.fail(f"{operand}.dtype", "one of " + ", ".join(a.value for a in allowed), d)
+        return d
+
+    def rank_in(self, operand: str, lo: int, hi: int) -> int:
+        """Check that an operand's rank is within [lo, hi]."""
+        r = self.t(operand).rank
+        if not lo <= r <= hi:
+            self.fail(f"{operand}.rank", f"{lo}..{hi}" if lo != hi else str(lo), r)
+        return r
+
+    def same_dtype(self, operand: str, ref: str) -> None:
+        """Check that an operand has the dtype of ``ref``."""
+        a, b = self.t(operand).dtype, self.t(ref).dtype
+        if a != b:
+            self.fail(f"{operand}.dtype", f"{b} (same as {ref})", a)
+
+    def same_shape(self, operand: str, ref: str) -> None:
+        """Check that an operand has the shape of ``ref`` (dims compared as written)."""
+        a, b = self.t(operand).shape, self.t(ref).shape
+        if a != b:
+            self.fail(f"{operand}.shape", f"{fmt_shape(b)} (same as {ref})", fmt_shape(a))
+
+    def static_dims(self, operand: str, axes: Sequence[int]) -> None:
+        """Check that the given dims of an operand are ints, not symbols (SPEC.md §1.4)."""
+        shape = self.t(operand).shape
+        for a in axes:
+            if isinstance(shape[a], str):
+                self.fail(f"{operand}.shape[{a}]", "a static size", repr(shape[a]))
+
+    # -- attributes -------------------------------------------------------------------
+    def _get(self, name: str, default: Any) -> Any:
+        v = self.raw.get(name, None)
+        if v is None:
+            if default is _MISSING:
+                self.fail(name, "a value (required argument)", "none")
+            v = default() if callable(default) else default
+        return v
+
+    def _seq(self, name: str, v: Any, length: int | None) -> list:
+        if isinstance(v, np.ndarray):
+            v = v.tolist()
+        if not isinstance(v, (list, tuple)):
+            self.fail(name, "a list of numbers", repr(v))
+        if length is not None and len(v) != length:
+            self.fail(name, f"{length} values (one per axis)", f"{len(v)} values")
+        return list(v)
+
+    def length(self, name: str, length: int) -> None:
+        """Check only that a required array argument has the given length."""
+        self._seq(name, self._get(name, _MISSING), length)
+
+    def ints(self, name: str, length: int | None, lo: int | None = None,
+             default: Any = _MISSING, what: str | None = None) -> tuple[int, ...]:
+        """An integer array of the given length whose entries are >= lo."""
+        vals = self._seq(name, self._get(name, default), length)
+        for i, v in enumerate(vals):
+            if not _is_int(v):
+                self.fail(f"{name}[{i}]", "an integer", repr(v))
+            if lo is not None and int(v) < lo:
+                self.fail(f"{name}[{i}]", what or f"an integer >= {lo}", int(v))
+        out = tuple(int(v) for v in vals)
+        self.attrs[name] = out
+        return out
+
+    def dims(self, name: str, default: Any = _MISSING) -> tuple[Dim, ...]:
+        """An array of dims: ints (or -1, resolved by the op) or symbol names."""
+        vals = self._seq(name, self._get(name, default), None)
+        for i, v in enumerate(vals):
+            if not (_is_int(v) or (isinstance(v, str) and v)):
+                self.fail(f"{name}[{i}]", "an integer or a symbol name", repr(v))
+        out = tuple(v if isinstance(v, str) else int(v) for v in vals)
+        self.attrs[name] = out
+        return out
+
+    def floats(self, name: str, length: int, default: Any = _MISSING,
+               positive: bool = False) -> tuple[float, ...]:
+        """A float array, each entry rounded once to float32 and finite (and > 0)."""
+        vals = self._seq(name, self._get(name, default), length)
+        out = []
+        for i, v in enumerate(vals):
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number)):
+                self.fail(f"{name}[{i}]", "a real number", repr(v))
+            with np.errstate(over="ignore"):
+                f = float(np.float32(v))
+            if not math.isfinite(f):
+                self.fail(f"{name}[{i}]", "a finite float32", f"{v!r} (rounds to {f})")
+            if positive and not f > 0:
+                self.fail(f"{name}[{i}]", "a finite float32 > 0", repr(v))
+            out.append(f)
+        self.attrs[name] = tuple(out)
+        return tuple(out)
+
+    def choice(self, name: str, options: Sequence[str], default: Any = _MISSING) -> str:
+        """One of the given lowercase names."""
+        v = self._get(name, default)
+        if not isinstance(v, str) or v not in options:
+            self.fail(name, " or ".join(f'"{o}"' for o in options), repr(v))
+        self.attrs[name] = v
+        return v
+
+    def boolean(self, name: str, default: Any = _MISSING) -> bool:
+        """A bool."""
+        v = self._get(name, default)
+        if not isinstance(v, (bool, np.bool_)):
+            self.fail(name, "a bool", repr(v))
+        self.attrs[name] = bool(v)
+        return bool(v)
+
+    def scalar(self, name: str, dtype: DType) -> float | int:
+        """A clip bound converted to ``dtype`` as SPEC.md §1.3 says."""
+        v = self._get(name, _MISSING)
+        if isinstance(v, np.ndarray) and v.ndim == 0:
+            v = v.item()
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number)):
+            self.fail(name, f"a number convertible to {dtype}", repr(v))
+        if dtype.is_float:
+            if v != v:
+                self.fail(name, f"a number convertible to {dtype} (not NaN)", "nan")
+            with np.errstate(over="ignore"):
+                out: float | int = float(dtype.numpy.type(v))
+        else:
+            info = np.iinfo(dtype.numpy)
+            if isinstance(v, (float, np.floating)) and not float(v).is_integer():
+                self.fail(name, f"an integral value for {dtype}", repr(v))
+            iv = int(v)
+            if not info.min <= iv <= info.max:
+                self.fail(name, f"a value in [{info.min}, {info.max}] for {dtype}", iv)
+            out = iv
+        self.attrs[name] = out
+        return out
+
+    def dtype_attr(self, name: str) -> DType:
+        """A dtype name."""
+        v = self._get(name, _MISSING)
+        try:
+            d = DType.of(v)
+        except VerifyError:
+            self.fail(name, "a dtype name", repr(v))
+        self.attrs[name] = d
+        return d
+
+    def keep(self, name: str, value: Any) -> Any:
+        """Store an attribute validated by the op itself."""
+        self.attrs[name] = value
+        return value
+
+
+def fmt_shape(shape: Sequence[Dim]) -> str:
+    """A shape as ``(2, N, 3)``."""
+    return "(" + ", ".join(str(d) for d in shape) + ")"
+
+
+def infer_node(op: str, in_types: Sequence[TensorType],
+               attrs: Mapping[str, Any]) -> tuple[OpDef, dict[str, Any], list[TensorType]]:
+    """Run an op's checks on operand types and raw attributes: (definition, attrs, types)."""
+    d = get_op(op)
+    if not d.variadic and len(in_types) != len(d.operands):
+        raise VerifyError(f"{op}: operands: expected {len(d.operands)} "
+                          f"({', '.join(d.operands)}), got {len(in_types)}")
+    names = d.operands if not d.variadic else tuple(f"input{i}" for i in range(len(in_types)))
+    c = Checker(op, dict(zip(names, in_types)), attrs)
+    out = d.infer(c)
+    c.finish()
+    return d, c.attrs, out
+
+
+def _target_graph(op: str, inputs: Sequence[Value], graph: Graph | None) -> Graph | None:
+    graphs = {id(v.graph): v.graph for v in inputs if v.graph is not None}
+    if graph is not None:
+        graphs.setdefault(id(graph), graph)
+    if len(graphs) > 1:
+        raise VerifyError(f"{op}: operands: expected values of one graph, got values of "
+                          f"graphs {sorted(g.name for g in graphs.values())}")
+    if graphs:
+        return next(iter(graphs.values()))
+    return current_graph()
+
+
+def make_node(op: str, inputs: Sequence[Any], attrs: Mapping[str, Any],
+              graph: Graph | None = None) -> Any:
+    """Check, infer and append a node; returns its result value (a tuple if several)."""
+    for i, v in enumerate(inputs):
+        if not isinstance(v, Value):
+            raise VerifyError(f"{op}: operand {i}: expected a gradc value, got "
+                              f"{type(v).__name__}")
+    g = _target_graph(op, inputs, graph)
+    d, norm, types = infer_node(op, [v.type for v in inputs], attrs)
+    if g is not None:
+        for v in inputs:  # adopt floating constants built outside any graph
+            if v.graph is None and v.producer is not None:
+                g.append(v.producer)
+    node = Node(op, inputs, norm, types)
+    if g is not None:
+        g.append(node)
+    return node.outputs[0] if len(node.outputs) == 1 else node.outputs
+
+
+def apply(op: str, *inputs: Value, **attrs: Any) -> Any:
+    """``make_node`` with keyword attributes: ``apply("relu", x)``."""
+    return make_node(op, inputs, attrs)
+
+
+OpBuilder = Callable[..., Any]

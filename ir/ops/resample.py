@@ -1,0 +1,201 @@
+"""Resample and its exact adjoint (SPEC.md §6): float32 coordinates, canonical-order sums."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from gradc.ir.core import Node, Value
+from gradc.ir.ops.common import RESAMPLE_DTYPES, RESAMPLE_GRAD_DTYPES, acc_dtype, store
+from gradc.ir.ops.registry import Checker, OpDef, make_node, register
+from gradc.ir.types import TensorType
+
+FIELDS = ("scales", "interpolation_mode", "rounding_direction", "input_pixel_offsets",
+          "output_pixel_offsets")
+Tap = tuple[np.ndarray, np.ndarray]  # (index per coordinate, float32 weight per coordinate)
+
+
+def _fields(c: Checker, rank: int) -> tuple[float, ...]:
+    scales = c.floats("scales", rank, positive=True)
+    c.choice("interpolation_mode", ("nearest", "linear"), default="nearest")
+    c.choice("rounding_direction", ("decreasing", "increasing"), default="decreasing")
+    c.floats("input_pixel_offsets", rank, default=(0.5,) * rank)
+    c.floats("output_pixel_offsets", rank, default=(-0.5,) * rank)
+    return scales
+
+
+def default_size(n: int, scale: float) -> int:
+    """``floor(f32(f32(n) * scale))``, as ONNX Runtime computes it."""
+    with np.errstate(over="ignore"):
+        v = np.float32(n) * np.float32(scale)
+    return int(np.floor(v)) if np.isfinite(v) else -1
+
+
+def axis_taps(n_coords: int, n: int, scale: float, ipo: float, opo: float, mode: str,
+              rounding: str) -> list[Tap]:
+    """The taps of one axis for coordinates 0..n_coords-1 over an axis of size n (§6.1)."""
+    o = np.arange(n_coords, dtype=np.float32)
+    with np.errstate(over="ignore", divide="ignore"):
+        x = ((o - np.float32(opo)) / np.float32(scale)) - np.float32(ipo)
+    if mode == "nearest":
+        r = np.floor(x) if rounding == "decreasing" else np.ceil(x)
+        return [(np.clip(r, 0, n - 1).astype(np.int64), np.ones(n_coords, np.float32))]
+    xc = np.minimum(np.maximum(x, np.float32(0)), np.float32(n - 1))
+    i0f = np.floor(xc)
+    f = xc - i0f
+    i0 = i0f.astype(np.int64)
+    return [(i0, np.float32(1) - f), (np.minimum(i0 + 1, n - 1), f)]
+
+
+def all_taps(attrs: Mapping[str, Any], coords: Sequence[int], sizes: Sequence[int]) -> list[list[Tap]]:
+    """``axis_taps`` for every axis."""
+    return [axis_taps(coords[d], sizes[d], attrs["scales"][d], attrs["input_pixel_offsets"][d],
+                      attrs["output_pixel_offsets"][d], attrs["interpolation_mode"],
+                      attrs["rounding_direction"]) for d in range(len(coords))]
+
+
+def _bshape(rank: int, d: int) -> tuple[int, ...]:
+    return tuple(-1 if b == d else 1 for b in range(rank))
+
+
+@register
+class Resample(OpDef):
+    """``resample(input, scales, ...)``: nearest or multilinear resampling over up to 4 axes."""
+
+    name = "resample"
+    operands = ("input",)
+    traits = frozenset({"pure"})
+
+    def infer(self, c: Checker) -> list[TensorType]:
+        rank = c.rank_in("input", 1, 4)
+        c.dtype_in("input", RESAMPLE_DTYPES)
+        scales = _fields(c, rank)
+        shape = c.t("input").shape
+        default = []
+        for i, (n, s) in enumerate(zip(shape, scales)):
+            if isinstance(n, str):
+                default.append(n if s == 1.0 else None)
+                continue
+            size = default_size(n, s)
+            if size < 1 and "output_sizes" not in c.raw:
+                c.fail(f"scales[{i}]", f"a scale giving an output size >= 1 for size {n}", s)
+            default.append(size)
+        out = c.dims("output_sizes", default=tuple(d if d is not None else 1 for d in default))
+        if len(out) != rank:
+            c.fail("output_sizes", f"{rank} values (one per axis)", f"{len(out)} values")
+        for i, (o, n, s) in enumerate(zip(out, shape, scales)):
+            if isinstance(n, str) and not (s == 1.0 and o == n):
+                c.fail(f"input.shape[{i}]", "a static size (a symbol needs scale 1.0 and the "
+                       "same symbol as output size)", repr(n))
+            if isinstance(o, str) and o != n:
+                c.fail(f"output_sizes[{i}]", "an integer >= 1", repr(o))
+            if not isinstance(o, str) and o < 1:
+                c.fail(f"output_sizes[{i}]", "an integer >= 1", o)
+        return [TensorType(c.t("input").dtype, out)]
+
+    def reference(self, attrs: Mapping[str, Any], x: np.ndarray) -> list[np.ndarray]:
+        out = [x.shape[i] if isinstance(o, str) else o for i, o in enumerate(attrs["output_sizes"])]
+        taps = all_taps(attrs, out, x.shape)
+        if attrs["interpolation_mode"] == "nearest":
+            return [x[np.ix_(*(t[0][0] for t in taps))]]
+        a = acc_dtype(x.dtype)
+        rank = x.ndim
+        acc = None
+        for corner in itertools.product(*taps):  # axis 0 outermost, low tap first
+            w = corner[0][1].reshape(_bshape(rank, 0))
+            for d in range(1, rank):
+                w = w * corner[d][1].reshape(_bshape(rank, d))  # float32, rounded each step
+            term = w.astype(a) * x[np.ix_(*(t[0] for t in corner))].astype(a)
+            acc = term if acc is None else acc + term
+        return [store(x.dtype, np.broadcast_to(acc, out))]
+
+    def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
+        """y = resample(x, f)  =>  dx = resample_grad(dy, x.shape, f), its exact adjoint."""
+        (dy,) = grads
+        if dy is None:
+            return [None]
+        return [make_node("resample_grad", [dy], {k: node.attrs[k] for k in FIELDS}
+                          | {"output_sizes": node.inputs[0].type.shape})]
+
+
+@register
+class ResampleGrad(OpDef):
+    """``resample_grad(dy, output_sizes, scales, ...)``: the transpose of ``resample``."""
+
+    name = "resample_grad"
+    operands = ("input_gradient",)
+    traits = frozenset({"pure", "fusible"})
+
+    def infer(self, c: Checker) -> list[TensorType]:
+        rank = c.rank_in("input_gradient", 1, 4)
+        c.dtype_in("input_gradient", RESAMPLE_GRAD_DTYPES)
+        out = c.dims("output_sizes")
+        if len(out) != rank:
+            c.fail("output_sizes", f"{rank} values (one per axis)", f"{len(out)} values")
+        for i, o in enumerate(out):
+            if not isinstance(o, str) and o < 1:
+                c.fail(f"output_sizes[{i}]", "an integer >= 1", o)
+        scales = _fields(c, rank)
+        dy = c.t("input_gradient").shape
+        for i, (o, n, s) in enumerate(zip(out, dy, scales)):
+            if isinstance(o, str) or isinstance(n, str):
+                if not (o == n and s == 1.0):
+                    c.fail(f"output_sizes[{i}]", "static sizes (a symbol needs scale 1.0 and "
+                           "the same symbol in input_gradient.shape)", f"{o!r} from {n!r}")
+        return [TensorType(c.t("input_gradient").dtype, out)]
+
+    def reference(self, attrs: Mapping[str, Any], dy: np.ndarray) -> list[np.ndarray]:
+        out = [dy.shape[i] if isinstance(o, str) else o for i, o in enumerate(attrs["output_sizes"])]
+        a = acc_dtype(dy.dtype)
+        taps = all_taps(attrs, dy.shape, out)
+        if np.isfinite(dy).all():
+            # With a finite dy a weight-0 tap adds +-0 to an accumulator that starts at +0 and
+            # can never be -0, so dropping the taps that are 0 on a whole axis changes no bit.
+            taps = [[t for t in ts if t[1].any()] or ts[:1] for ts in taps]
+        acc = np.zeros(int(np.prod(out, dtype=np.int64)), a)
+        scatter_canonical(acc, dy.astype(a), taps, out)
+        return [acc.reshape(out).astype(dy.dtype)]
+
+    def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
+        """dx = resample_grad(dy, f)  =>  d(dy) = resample(d(dx), f) (it is linear)."""
+        (g,) = grads
+        if g is None:
+            return [None]
+        return [make_node("resample", [g], {k: node.attrs[k] for k in FIELDS}
+                          | {"output_sizes": node.inputs[0].type.shape})]
+
+
+def scatter_canonical(acc: np.ndarray, dy: np.ndarray, taps: list[list[Tap]],
+                      out: Sequence[int]) -> None:
+    """acc[tap index] += weight * dy for every dy element then tap, in canonical order.
+
+    Work is chunked over dy's leading axes; within a chunk the contributions are laid out as
+    (dy element, tap) in row-major order, and ``np.add.at`` applies them in that order.
+    """
+    rank = dy.ndim
+    strides = [int(np.prod(out[d + 1:], dtype=np.int64)) for d in range(rank)]
+    ncorner = int(np.prod([len(t) for t in taps]))
+    lead = 0
+    while lead < rank and int(np.prod(dy.shape[lead:])) * ncorner > (1 << 22):
+        lead += 1
+    rest = rank - lead
+    for head in np.ndindex(*dy.shape[:lead]):
+        flats, vals = [], []
+        for corner in itertools.product(*taps):
+            flat = np.int64(0)
+            w = np.float32(1)
+            for d, (idx, wt) in enumerate(corner):
+                if d < lead:
+                    flat = flat + idx[head[d]] * strides[d]
+                    wd = wt[head[d]]
+                else:
+                    bs = _bshape(rest, d - lead)
+                    flat = flat + (idx * strides[d]).reshape(bs)
+                    wd = wt.reshape(bs)
+                w = wd if d == 0 else w * wd  # float32 product, left to right
+            block = dy[head]
+            flats.append(np.broadcast_to(flat, block.shape))
+            vals.append(np.asarray(w).astype(acc.dtype) * block)
+        np.add.at(acc, np.stack(flats, -1).ravel(), np.stack(vals, -1).ravel())

@@ -1,0 +1,135 @@
+"""Data types and tensor types: frozen, hashable, printable."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Union
+
+import numpy as np
+
+from gradc.errors import VerifyError
+
+Dim = Union[int, str]
+
+
+class DType(enum.Enum):
+    """An element type; the value is its long name (as NumPy spells it)."""
+
+    float64 = "float64"
+    float32 = "float32"
+    float16 = "float16"
+    int64 = "int64"
+    int32 = "int32"
+    int16 = "int16"
+    int8 = "int8"
+    uint64 = "uint64"
+    uint32 = "uint32"
+    uint16 = "uint16"
+    uint8 = "uint8"
+    bool = "bool"
+
+    @property
+    def numpy(self) -> np.dtype:
+        """The matching NumPy dtype."""
+        return np.dtype(self.value)
+
+    @property
+    def short(self) -> str:
+        """The short name used by the text IR (``f32``, ``u8``, ``bool``)."""
+        return _SHORT[self]
+
+    @property
+    def is_float(self) -> bool:
+        """True for float16/32/64."""
+        return self in (DType.float16, DType.float32, DType.float64)
+
+    @property
+    def is_int(self) -> bool:
+        """True for the signed and unsigned integer types (not bool)."""
+        return self.value.startswith(("int", "uint"))
+
+    def __str__(self) -> str:
+        return self.value
+
+    @staticmethod
+    def of(x: object) -> "DType":
+        """Convert a DType, a long or short name, or a NumPy dtype to a DType."""
+        if isinstance(x, DType):
+            return x
+        if isinstance(x, str):
+            if x in DType.__members__:
+                return DType[x]
+            if x in _FROM_SHORT:
+                return _FROM_SHORT[x]
+            raise VerifyError(f"dtype: expected one of {', '.join(DType.__members__)}, got {x!r}")
+        try:
+            name = np.dtype(x).name  # type: ignore[arg-type]
+        except TypeError:
+            raise VerifyError(f"dtype: expected a dtype name, got {x!r}") from None
+        if name in DType.__members__:
+            return DType[name]
+        raise VerifyError(f"dtype: expected one of {', '.join(DType.__members__)}, got {name}")
+
+
+_SHORT = {
+    DType.float64: "f64", DType.float32: "f32", DType.float16: "f16",
+    DType.int64: "i64", DType.int32: "i32", DType.int16: "i16", DType.int8: "i8",
+    DType.uint64: "u64", DType.uint32: "u32", DType.uint16: "u16", DType.uint8: "u8",
+    DType.bool: "bool",
+}
+_FROM_SHORT = {v: k for k, v in _SHORT.items()}
+
+FLOATS = (DType.float64, DType.float32, DType.float16)
+SIGNED = (DType.int64, DType.int32, DType.int16, DType.int8)
+UNSIGNED = (DType.uint64, DType.uint32, DType.uint16, DType.uint8)
+NUMERIC = FLOATS + SIGNED + UNSIGNED
+
+
+def is_symbol(d: Dim) -> bool:
+    """True if the dim is a symbol name rather than a static size."""
+    return isinstance(d, str)
+
+
+def check_dim(d: object, what: str) -> Dim:
+    """Validate one dim: an int >= 1 or a non-empty symbol name."""
+    if isinstance(d, (bool, np.bool_)):
+        raise VerifyError(f"{what}: expected an int >= 1 or a symbol name, got {d!r}")
+    if isinstance(d, (int, np.integer)):
+        if int(d) < 1:
+            raise VerifyError(f"{what}: expected an int >= 1 or a symbol name, got {int(d)}")
+        return int(d)
+    if isinstance(d, str) and d:
+        return d
+    raise VerifyError(f"{what}: expected an int >= 1 or a symbol name, got {d!r}")
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """A tensor type: a dtype and a shape whose dims are ints or symbol names."""
+
+    dtype: DType
+    shape: tuple[Dim, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dtype", DType.of(self.dtype))
+        object.__setattr__(
+            self, "shape", tuple(check_dim(d, f"shape[{i}]") for i, d in enumerate(self.shape)))
+
+    @property
+    def rank(self) -> int:
+        """The number of dims."""
+        return len(self.shape)
+
+    @property
+    def is_static(self) -> bool:
+        """True if every dim is an int."""
+        return not any(is_symbol(d) for d in self.shape)
+
+    @property
+    def symbols(self) -> tuple[str, ...]:
+        """The symbol names used by this type, in order of first use."""
+        return tuple(dict.fromkeys(d for d in self.shape if isinstance(d, str)))
+
+    def __str__(self) -> str:
+        return f"{self.dtype.short}[{','.join(map(str, self.shape))}]"

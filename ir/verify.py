@@ -1,0 +1,69 @@
+"""Graph-level checks: definitions before uses, unique names, types and attributes as inferred."""
+
+from __future__ import annotations
+
+from gradc.errors import GradcError, VerifyError
+from gradc.ir.core import Graph, Node
+from gradc.ir.printer import fmt_node, fmt_name
+
+
+def _context(g: Graph, index: int) -> str:
+    lo, hi = max(0, index - 2), min(len(g.nodes), index + 3)
+    lines = []
+    for i in range(lo, hi):
+        mark = ">>" if i == index else "  "
+        lines.append(f"{mark} {fmt_node(g.nodes[i], '')}")
+    return "\n".join(lines)
+
+
+def _fail(g: Graph, index: int, msg: str) -> VerifyError:
+    return VerifyError(f"{msg}\n  in graph {g.name!r}:\n{_context(g, index)}")
+
+
+def _check_node(g: Graph, i: int, n: Node) -> None:
+    from gradc.ir.ops.registry import infer_node
+
+    try:
+        if n.body is not None:
+            from gradc.ir.fused import infer_fused
+            verify(n.body)
+            attrs, types = infer_fused(n.op, list(n.inputs), dict(n.attrs), n.body)
+        else:
+            _, attrs, types = infer_node(n.op, [v.type for v in n.inputs], dict(n.attrs))
+    except GradcError as e:
+        raise _fail(g, i, str(e)) from None
+    if [v.type for v in n.outputs] != types:
+        raise _fail(g, i, f"{n.op}: result type: expected "
+                    f"{', '.join(map(str, types))}, got "
+                    f"{', '.join(str(v.type) for v in n.outputs)}")
+    if set(attrs) != set(n.attrs):
+        raise _fail(g, i, f"{n.op}: attributes: expected {sorted(attrs)}, got {sorted(n.attrs)}")
+
+
+def verify(g: Graph) -> Graph:
+    """Raise ``VerifyError`` (with the IR around the bad node) unless the graph is well formed."""
+    defined: set[int] = set()
+    names: set[str] = set()
+    for v in g.inputs:
+        if v.name in names:
+            raise VerifyError(f"graph {g.name!r}: value {fmt_name(v.name)} is defined twice")
+        names.add(v.name)
+        defined.add(id(v))
+    for i, n in enumerate(g.nodes):
+        for v in n.inputs:
+            if id(v) not in defined:
+                raise _fail(g, i, f"{n.op}: operand {fmt_name(v.name)}: expected a value "
+                            "defined earlier in the graph, got an undefined value")
+        _check_node(g, i, n)
+        for v in n.outputs:
+            if v.name in names:
+                raise _fail(g, i, f"{n.op}: value {fmt_name(v.name)} is defined twice")
+            if v.producer is not n or v.graph is not g:
+                raise _fail(g, i, f"{n.op}: result {fmt_name(v.name)} is not owned by its node")
+            names.add(v.name)
+            defined.add(id(v))
+    for v in g.outputs:
+        if id(v) not in defined:
+            raise VerifyError(f"graph {g.name!r}: output {fmt_name(v.name)}: expected a value "
+                              "defined in the graph, got an undefined value")
+    return g
