@@ -6,7 +6,7 @@ from gradc.ir.types import DType, TensorType
 from gradc import ops
 from gradc.ir.parser import parse
 from gradc.executable import Executable
-from gradc.api import compile
+from gradc.api import compile, from_onnx, grad, to_onnx
 from gradc.passes import Optimized, optimize
 
 __version__ = "0.1.0"
@@ -14,5 +14,5 @@ __version__ = "0.1.0"
 __all__ = [
     "GradcError", "InputError", "ParseError", "UnsupportedError", "VerifyError", "Graph", "Node",
     "Value", "DType", "TensorType", "ops", "parse", "compile", "Executable", "optimize",
-    "Optimized",
+    "Optimized", "grad", "from_onnx", "to_onnx",
 ]

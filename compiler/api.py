@@ -44,3 +44,21 @@ def compile(graph: Graph, target: str = "c", passes: str | Sequence[str] | None 
 
 
 __all__ = ["compile", "GradcError"]
+
+
+def grad(graph: Graph, wrt: Sequence[str] | None = None) -> Graph:
+    """The vector-Jacobian-product (training) graph of a forward graph (API.md)."""
+    from gradc.autodiff import grad as _grad
+    return _grad(graph, wrt)
+
+
+def from_onnx(model_or_path: Any) -> Graph:
+    """Import a forward ONNX model (a path, bytes or ``onnx.ModelProto``) as a graph."""
+    from gradc.onnx_import import from_onnx as _from_onnx
+    return _from_onnx(model_or_path)
+
+
+def to_onnx(graph: Graph) -> Any:
+    """Export a graph as a standard-domain ONNX model that stock onnxruntime runs."""
+    from gradc.backends.onnx_target import to_onnx as _to_onnx
+    return _to_onnx(graph)
