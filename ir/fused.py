@@ -5,7 +5,20 @@
       return %c
     }
 The body obeys every rule of a graph; the node's operands feed the body's inputs in order and
-the body's outputs are the node's results. The one attribute, ``kind``, names the fusion pattern.
+the body's outputs are the node's results. The one attribute, ``kind``, names the fusion pattern:
+
+- ``"elementwise"``: every body node has the ``elementwise`` trait (relu, relu_grad, clip,
+  clip_grad, add, sub, mul, neg, cast, identity, expand); every body output has the same shape,
+  the group's shape, and every body input has that shape or broadcasts to it. Backends emit one
+  loop over the group's shape.
+- ``"max_pooling_grad"``, ``"slice_grad"``, ``"resample_grad"`` (an *anchored* group): exactly one
+  body node is that gradient op (the anchor). The other body nodes are elementwise and form a
+  *prologue* (they compute the anchor's ``input_gradient`` operand from body inputs of that
+  shape; the anchor's ``input`` operand, for max_pooling_grad, is a body input) and/or an
+  *epilogue* (they consume the anchor's result and body inputs of the result's shape). The body
+  has exactly one output: the last epilogue node's result, or the anchor's result.
+
+Any other kind is valid IR but backends may run its body node by node.
 """
 
 from __future__ import annotations
