@@ -26,6 +26,9 @@ def bind_inputs(graph: Graph, arrays: Mapping[str, Any], shapes: Mapping[str, in
             raise InputError(f"input {v.name!r}: missing (expected {v.type.dtype} array of shape "
                              f"{_shape(v.type.shape)})")
         a = arrays[v.name]
+        if isinstance(a, np.generic):
+            a = np.asarray(a)
+            arrays[v.name] = a  # type: ignore[index]
         if not isinstance(a, np.ndarray):
             raise InputError(f"input {v.name!r}: expected a numpy.ndarray, got "
                              f"{type(a).__name__}")
@@ -71,6 +74,7 @@ class Executable:
         self._contiguous = contiguous
 
     def __call__(self, **arrays: Any) -> dict[str, np.ndarray]:
+        arrays = dict(arrays)
         bindings = bind_inputs(self.graph, arrays, self._shapes, self._contiguous)
         return self._runner(arrays, bindings)
 

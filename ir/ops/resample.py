@@ -79,7 +79,7 @@ class Resample(OpDef):
                 default.append(n if s == 1.0 else None)
                 continue
             size = default_size(n, s)
-            if size < 1 and "output_sizes" not in c.raw:
+            if size < 1 and c.raw.get("output_sizes") is None:
                 c.fail(f"scales[{i}]", f"a scale giving an output size >= 1 for size {n}", s)
             default.append(size)
         out = c.dims("output_sizes", default=tuple(d if d is not None else 1 for d in default))

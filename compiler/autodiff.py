@@ -1,0 +1,89 @@
+"""Reverse-mode differentiation: a forward graph in, its vector-Jacobian-product graph out.
+
+The result (API.md, "Differentiating") has the forward inputs followed by one cotangent input
+``grad_<output>`` per forward output, and the forward outputs followed by ``grad_<input>`` for
+each input in ``wrt``. It is built from each operator's ``vjp`` rule, so the gradient of every
+forward op is one of the five seed gradient operators, and the graph can be printed, optimized,
+exported and compiled like any other.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from gradc.errors import VerifyError
+from gradc.ir.core import Graph, Value
+from gradc.ir.ops.registry import get_op, make_node
+from gradc.ir.rewrite import rebuild
+
+
+def _wrt(graph: Graph, wrt: Sequence[str] | None) -> list[Value]:
+    by_name = {v.name: v for v in graph.inputs}
+    if wrt is None:
+        return [v for v in graph.inputs if v.type.dtype.is_float]
+    if isinstance(wrt, str):
+        wrt = [wrt]
+    out = []
+    for name in wrt:
+        if name not in by_name:
+            raise VerifyError(f"grad: wrt: expected names of inputs of {graph.name!r} "
+                              f"({', '.join(by_name)}), got {name!r}")
+        v = by_name[name]
+        if not v.type.dtype.is_float:
+            raise VerifyError(f"grad: wrt: expected a floating-point input, got {name!r} of "
+                              f"dtype {v.type.dtype}")
+        if v in out:
+            raise VerifyError(f"grad: wrt: expected each input once, got {name!r} twice")
+        out.append(v)
+    return out
+
+
+def _accumulate(cot: dict[Value, Value], v: Value, g: Value | None) -> None:
+    if g is None or not v.type.dtype.is_float:
+        return  # integer values carry no gradient
+    if g.type != v.type:
+        raise VerifyError(f"grad: internal error: cotangent {g.type} for value of type {v.type}")
+    cot[v] = make_node("add", [cot[v], g], {}) if v in cot else g
+
+
+def zeros_like(v: Value) -> Value:
+    """A zero tensor of ``v``'s type (symbolic dims included), independent of its values."""
+    zero = make_node("constant", [], {"value": np.zeros((), v.type.dtype.numpy)}, graph=v.graph)
+    return make_node("expand", [zero, v], {})
+
+
+def grad(graph: Graph, wrt: Sequence[str] | None = None) -> Graph:
+    """The VJP graph of ``graph`` with respect to ``wrt`` (default: every floating input)."""
+    if not isinstance(graph, Graph):
+        raise VerifyError(f"grad: graph: expected a gradc.Graph, got {type(graph).__name__}")
+    graph.verify()
+    targets = [v.name for v in _wrt(graph, wrt)]
+    names = {v.name for v in graph.values()}
+    new_names = [f"grad_{v.name}" for v in graph.outputs] + [f"grad_{n}" for n in targets]
+    for n in new_names:
+        if n in names or new_names.count(n) > 1:
+            raise VerifyError(f"grad: {n}: expected a name not used in graph {graph.name!r}, "
+                              "got a clash (rename the value)")
+    g = rebuild(graph)
+    g.name = graph.name if graph.name.endswith("_grad") else f"{graph.name}_grad"
+    cot: dict[Value, Value] = {}
+    for out in g.outputs:
+        seed = g.input(f"grad_{out.name}", out.type.dtype, out.type.shape)
+        _accumulate(cot, out, seed)
+    for node in reversed(list(g.nodes)):
+        grads = [cot.get(v) for v in node.outputs]
+        if all(x is None for x in grads) or node.op == "constant":
+            continue
+        if node.body is not None:
+            raise VerifyError("grad: fused: expected a graph without fused nodes (differentiate "
+                              "before optimizing)")
+        ins = get_op(node.op).vjp(node, grads)
+        for v, dv in zip(node.inputs, ins):
+            _accumulate(cot, v, dv)
+    by_name = {v.name: v for v in g.inputs}
+    for name in targets:
+        v = by_name[name]
+        g.output(cot[v] if v in cot else zeros_like(v), f"grad_{name}")
+    return g

@@ -1,0 +1,61 @@
+"""Small helpers shared by the tests: run one op on arrays, compare bit for bit."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+import gradc
+
+
+def graph_of(fn: Callable[..., Any], *arrays: np.ndarray, name: str = "t") -> gradc.Graph:
+    """A graph with one input per array (x0, x1, ...) whose outputs are ``fn(*values)``."""
+    g = gradc.Graph(name)
+    vals = [g.input(f"x{i}", a.dtype.name, a.shape) for i, a in enumerate(arrays)]
+    out = fn(*vals)
+    outs = out if isinstance(out, tuple) else (out,)
+    for i, v in enumerate(outs):
+        g.output(v, f"y{i}")
+    return g
+
+
+def run(fn: Callable[..., Any], *arrays: np.ndarray, target: str = "reference",
+        **opts: Any) -> list[np.ndarray]:
+    """Build a graph around ``fn``, compile it for ``target`` and run it on ``arrays``."""
+    g = graph_of(fn, *arrays)
+    ex = gradc.compile(g, target=target, passes=None, **opts)
+    out = ex(**{f"x{i}": a for i, a in enumerate(arrays)})
+    return [out[f"y{i}"] for i in range(len(out))]
+
+
+def assert_bits(got: np.ndarray, want: np.ndarray) -> None:
+    """Bit-for-bit equality (distinguishes -0.0 from +0.0 and NaN payloads)."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    if got.dtype.kind == "f":
+        u = {2: np.uint16, 4: np.uint32, 8: np.uint64}[got.dtype.itemsize]
+        bad = got.view(u) != want.view(u)
+        if bad.any():
+            i = np.argwhere(bad)[0]
+            raise AssertionError(f"differ at {tuple(i)}: got {got[tuple(i)]!r}, "
+                                 f"want {want[tuple(i)]!r}\n got={got}\nwant={want}")
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def tolerance(dtype: np.dtype, s: np.ndarray, n: int) -> np.ndarray:
+    """SPEC.md §1.6 tolerance for summing ops: S = op on |data| in float64, n terms."""
+    dtype = np.dtype(dtype)
+    if dtype == np.float16:
+        return 2.0 ** -9 * s + 2.0 ** -24
+    if dtype == np.float32:
+        return (n + 1) * 2.0 ** -23 * s + 2.0 ** -126
+    if dtype == np.float64:
+        return (n + 1) * 2.0 ** -52 * s + 2.0 ** -1022
+    return np.ones_like(s)
+
+
+def f32(*v: Any) -> np.ndarray:
+    return np.array(v, np.float32)
