@@ -80,7 +80,7 @@ class Resample(OpDef):
                 continue
             size = default_size(n, s)
             if size < 1 and c.raw.get("output_sizes") is None:
-                c.fail(f"scales[{i}]", f"a scale giving an output size >= 1 for size {n}", s)
+                c.fail(f"scales[{i}]", f"a scale giving an output size >= 1 for size {n}", np.float32(s))
             default.append(size)
         out = c.dims("output_sizes", default=tuple(d if d is not None else 1 for d in default))
         if len(out) != rank:
@@ -197,5 +197,7 @@ def scatter_canonical(acc: np.ndarray, dy: np.ndarray, taps: list[list[Tap]],
                 w = wd if d == 0 else w * wd  # float32 product, left to right
             block = dy[head]
             flats.append(np.broadcast_to(flat, block.shape))
-            vals.append(np.asarray(w).astype(acc.dtype) * block)
-        np.add.at(acc, np.stack(flats, -1).ravel(), np.stack(vals, -1).ravel())
+            with np.errstate(invalid="ignore", over="ignore"):
+                vals.append(np.asarray(w).astype(acc.dtype) * block)
+        with np.errstate(invalid="ignore", over="ignore"):
+            np.add.at(acc, np.stack(flats, -1).ravel(), np.stack(vals, -1).ravel())
