@@ -1,0 +1,320 @@
+"""The ``gradc`` command line: one subcommand per stage; bad input exits 2 with one line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from gradc.errors import GradcError
+from gradc.ir.core import Graph
+
+EXIT_USAGE = 2
+
+
+class CliError(GradcError):
+    """A command-line problem reported as one line."""
+
+
+def load_graph(path: str) -> Graph:
+    """Read a graph from ``example:NAME``, a ``.onnx`` file or a text-IR file."""
+    if path.startswith("example:"):
+        from gradc.samples import sample
+        return sample(path[len("example:"):])
+    if not os.path.exists(path):
+        raise CliError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise CliError(f"{path}: is a directory")
+    if path.endswith(".onnx"):
+        from gradc.api import from_onnx
+        return from_onnx(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise CliError(f"{path}: cannot read text IR ({e.__class__.__name__}: {e})") from None
+    from gradc.ir.parser import parse
+    try:
+        return parse(text)
+    except GradcError as e:
+        raise type(e)(f"{path}:{e}") from None
+
+
+def write_atomic(path: str, data: bytes | str) -> None:
+    """Write a file so that readers see the old file or the whole new one, never a part."""
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise CliError(f"{path}: folder {folder} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=".gradc-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def parse_shapes(items: Sequence[str] | None) -> dict[str, int]:
+    """``["N=2", "T=5"]`` -> ``{"N": 2, "T": 5}``."""
+    out: dict[str, int] = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value.isdigit() or int(value) < 1:
+            raise CliError(f"--shape {item!r}: expected NAME=SIZE with SIZE >= 1")
+        out[name] = int(value)
+    return out
+
+
+def random_inputs(g: Graph, shapes: dict[str, int], seed: int = 0) -> dict[str, np.ndarray]:
+    """Random arrays for every input (symbolic dims default to 2)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for v in g.inputs:
+        shape = tuple(shapes.get(d, 2) if isinstance(d, str) else d for d in v.type.shape)
+        dt = v.type.dtype.numpy
+        if dt.kind == "f":
+            out[v.name] = rng.standard_normal(shape).astype(dt)
+        elif dt.kind == "b":
+            out[v.name] = rng.integers(0, 2, shape).astype(dt)
+        else:
+            info = np.iinfo(dt)
+            out[v.name] = rng.integers(max(info.min, -100), min(info.max, 100) + 1, shape,
+                                       dtype=dt)
+    return out
+
+
+def summarize(name: str, a: np.ndarray) -> str:
+    """One line per array: shape, dtype and a few statistics."""
+    stats = ""
+    if a.size and a.dtype.kind in "fiu":
+        f = a.astype(np.float64)
+        stats = f" min={np.nanmin(f):.6g} max={np.nanmax(f):.6g} sum={np.nansum(f):.6g}"
+    return f"  {name}: {a.dtype}{list(a.shape)}{stats}"
+
+
+# -- subcommands -----------------------------------------------------------------------------
+def cmd_verify(args: argparse.Namespace) -> int:
+    g = load_graph(args.file)
+    g.verify()
+    print(f"{args.file}: ok: graph {g.name!r}, {len(g.inputs)} inputs, {len(g.nodes)} nodes, "
+          f"{len(g.outputs)} outputs")
+    return 0
+
+
+def cmd_print(args: argparse.Namespace) -> int:
+    g = load_graph(args.file)
+    text = str(g) + "\n"
+    if args.output:
+        write_atomic(args.output, text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from gradc.api import compile
+    g = load_graph(args.file)
+    shapes = parse_shapes(args.shape)
+    ex = compile(g, target=args.target, passes=_passes(args))
+    feeds = random_inputs(g, shapes, args.seed)
+    out = ex(**feeds)
+    print(f"graph {g.name!r} on target {args.target} with random inputs (seed {args.seed}):")
+    for k, v in feeds.items():
+        print(summarize(k, v))
+    print("outputs:")
+    for k, v in out.items():
+        print(summarize(k, v))
+    return 0
+
+
+def cmd_grad(args: argparse.Namespace) -> int:
+    from gradc.api import grad, to_onnx
+    g = load_graph(args.file)
+    t = grad(g, args.wrt or None)
+    if args.check:
+        _check_onnx_agrees(t, parse_shapes(args.shape))
+    if args.output.endswith(".onnx"):
+        write_atomic(args.output, to_onnx(t).SerializeToString())
+    else:
+        write_atomic(args.output, str(t) + "\n")
+    print(f"wrote {args.output}: training graph {t.name!r} with {len(t.nodes)} nodes; inputs "
+          f"{', '.join(v.name for v in t.inputs)}; outputs {', '.join(v.name for v in t.outputs)}")
+    return 0
+
+
+def _check_onnx_agrees(t: Graph, shapes: dict[str, int]) -> None:
+    from gradc.api import compile
+    from gradc.check import compare_targets
+    rows, ok = compare_targets(t, ["onnx"], shapes)
+    for line in rows:
+        print(line)
+    if not ok:
+        raise CliError("the ONNX training graph disagrees with the reference target")
+    print("onnxruntime agrees with the reference target on every output")
+    del compile
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from gradc.check import run_check
+    g = load_graph(args.file)
+    return run_check(g, grad=args.grad, shapes=parse_shapes(args.shape), seed=args.seed,
+                     targets=args.targets.split(",") if args.targets else None)
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from gradc.api import compile
+    g = load_graph(args.file)
+    instruments = _instruments(args)
+    ex = compile(g, target=args.target, passes=_passes(args), instruments=instruments)
+    if args.target == "onnx":
+        data: bytes | str = ex.model.SerializeToString()
+    elif ex.source is not None:
+        data = ex.source
+    else:
+        data = str(ex.graph) + "\n"
+    if args.output:
+        write_atomic(args.output, data)
+        print(f"wrote {args.output}", file=sys.stderr)
+    elif isinstance(data, str):
+        sys.stdout.write(data)
+    else:
+        raise CliError("ONNX output is binary: give -o FILE")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from gradc.show import show
+    g = load_graph(args.file)
+    text = show(g, fmt=args.format, passes=_passes(args))
+    if args.output:
+        write_atomic(args.output, text)
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
+def _passes(args: argparse.Namespace) -> Any:
+    p = getattr(args, "passes", None)
+    if p is None:
+        return "default"
+    if p in ("none", ""):
+        return None
+    return p
+
+
+def _instruments(args: argparse.Namespace) -> list:
+    from gradc.passes import instruments_from_flags
+    return instruments_from_flags(print_after_all=args.print_after_all,
+                                  print_after_change=args.print_after_change,
+                                  time_passes=args.time_passes, dump_ir=args.dump_ir,
+                                  stream=sys.stderr)
+
+
+# -- argument parsing ------------------------------------------------------------------------
+def _common(p: argparse.ArgumentParser, passes: bool = False) -> None:
+    p.add_argument("file", help="a .onnx file, a text-IR file, or example:NAME")
+    p.add_argument("--shape", action="append", metavar="NAME=SIZE",
+                   help="value of a symbolic dim (repeatable)")
+    if passes:
+        p.add_argument("-p", "--passes", metavar="PASS,PASS",
+                       help="comma-separated pass names, 'default' or 'none'")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand."""
+    ap = argparse.ArgumentParser(prog="gradc", description="A compiler for training graphs.")
+    ap.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("verify", help="check a graph and print a one-line summary")
+    _common(p)
+    p.set_defaults(fn=cmd_verify)
+
+    p = sub.add_parser("print", help="print a graph in the text IR")
+    _common(p)
+    p.add_argument("-o", "--output", help="write to a file instead of stdout")
+    p.set_defaults(fn=cmd_print)
+
+    p = sub.add_parser("run", help="run a graph on random inputs and summarize the outputs")
+    _common(p, passes=True)
+    p.add_argument("-t", "--target", default="reference",
+                   choices=["reference", "numpy", "c", "onnx"])
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(fn=cmd_run)
+
+    p = sub.add_parser("grad", help="differentiate a forward graph into its training graph")
+    _common(p)
+    p.add_argument("-o", "--output", required=True, help="output file (.onnx, or text IR)")
+    p.add_argument("--wrt", action="append", metavar="NAME", help="input to differentiate")
+    p.add_argument("--check", action="store_true",
+                   help="run the result in onnxruntime and compare with the reference target")
+    p.set_defaults(fn=cmd_grad)
+
+    p = sub.add_parser("compile", help="optimize and lower a graph for a target")
+    _common(p, passes=True)
+    p.add_argument("-t", "--target", required=True, choices=["c", "numpy", "onnx"])
+    p.add_argument("-o", "--output", help="output file (default: stdout for text)")
+    p.add_argument("--print-after-all", action="store_true", help="print the IR after each pass")
+    p.add_argument("--print-after-change", action="store_true",
+                   help="print the IR after each pass that changed it")
+    p.add_argument("--time-passes", action="store_true", help="print the time of each pass")
+    p.add_argument("--dump-ir", metavar="DIR", help="write each stage's IR to DIR")
+    p.set_defaults(fn=cmd_compile)
+
+    p = sub.add_parser("show", help="look at a graph before and after the passes")
+    _common(p, passes=True)
+    p.add_argument("--format", default="text", choices=["text", "dot", "html"])
+    p.add_argument("-o", "--output", help="output file (default: stdout)")
+    p.set_defaults(fn=cmd_show)
+
+    p = sub.add_parser("check", help="run on every target and report differences")
+    _common(p)
+    p.add_argument("--grad", action="store_true", help="check the training graph too")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--targets", help="comma-separated targets (default: all)")
+    p.set_defaults(fn=cmd_check)
+
+    p = sub.add_parser("examples", help="list the built-in example graphs")
+    p.set_defaults(fn=lambda a: _list_examples())
+    return ap
+
+
+def _list_examples() -> int:
+    from gradc.samples import SAMPLES
+    for name, fn in sorted(SAMPLES.items()):
+        print(f"example:{name:12} {(fn.__doc__ or '').strip()}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``gradc`` command."""
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    fn: Callable[[argparse.Namespace], int] = args.fn
+    try:
+        return fn(args)
+    except GradcError as e:
+        if args.debug:
+            raise
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        print(f"gradc: error: {msg}", file=sys.stderr)
+        return EXIT_USAGE
+    except (OSError, MemoryError) as e:
+        if args.debug:
+            raise
+        print(f"gradc: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""gradc.grad: the VJP graph's interface, vjp rules, finite differences and PyTorch autograd."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import gradc
+from gradc import ops
+from gradc.check import finite_differences
+
+
+def ref(g, **feeds):
+    return gradc.compile(g, target="reference", passes=None)(**feeds)
+
+
+def test_interface_order_and_names():
+    g = gradc.Graph("f")
+    a = g.input("a", "float32", (3,))
+    k = g.input("k", "int32", (3,))
+    b = g.input("b", "float32", (3,))
+    g.output(ops.mul(a, b), "p")
+    g.output(ops.relu(b), "q")
+    g.output(ops.add(k, k), "kk")
+    t = gradc.grad(g)
+    assert [v.name for v in t.inputs] == ["a", "k", "b", "grad_p", "grad_q", "grad_kk"]
+    assert [v.name for v in t.outputs] == ["p", "q", "kk", "grad_a", "grad_b"]
+    assert [v.type for v in t.outputs[3:]] == [a.type, b.type]
+    t2 = gradc.grad(g, wrt=["b"])
+    assert [v.name for v in t2.outputs] == ["p", "q", "kk", "grad_b"]
+    with pytest.raises(gradc.VerifyError, match="wrt"):
+        gradc.grad(g, wrt=["k"])
+    with pytest.raises(gradc.VerifyError, match="wrt"):
+        gradc.grad(g, wrt=["nope"])
+
+
+def test_values_used_twice_sum_and_unused_inputs_get_zeros():
+    g = gradc.Graph("f")
+    x = g.input("x", "float32", ("N", 2))
+    u = g.input("unused", "float32", ("N", 3))
+    g.output(ops.add(ops.relu(x), ops.mul(x, x)), "y")
+    t = gradc.grad(g)
+    xv = np.array([[1.0, -2.0], [0.5, 3.0]], np.float32)
+    out = ref(t, x=xv, unused=np.full((2, 3), np.inf, np.float32),
+              grad_y=np.ones((2, 2), np.float32))
+    np.testing.assert_array_equal(out["grad_x"], (xv > 0) + 2 * xv)
+    np.testing.assert_array_equal(out["grad_unused"], np.zeros((2, 3), np.float32))
+    del u
+
+
+def test_each_forward_op_gets_its_seed_gradient_op():
+    from gradc.samples import train_step
+    t = train_step()
+    ops_used = {n.op for n in t.nodes}
+    assert {"relu_grad", "clip_grad", "slice_grad", "max_pooling_grad",
+            "resample_grad"} <= ops_used
+    assert gradc.parse(str(t)) == t
+
+
+def test_stride_zero_slice_sums_first():
+    g = gradc.Graph("f")
+    x = g.input("x", "float64", (3, 2))
+    g.output(ops.slice(x, (1, 0), (1, 2), (0, 1), output_sizes=(4, 2)), "y")
+    t = gradc.grad(g)
+    dy = np.arange(8, dtype=np.float64).reshape(4, 2)
+    out = ref(t, x=np.zeros((3, 2)), grad_y=dy)
+    np.testing.assert_array_equal(out["grad_x"], [[0, 0], [12, 16], [0, 0]])
+
+
+def test_broadcast_gradients_reduce():
+    g = gradc.Graph("f")
+    x = g.input("x", "float64", ("N", 3))
+    b = g.input("b", "float64", (3,))
+    s = g.input("s", "float64", ())
+    g.output(ops.mul(ops.sub(x, b), s), "y")
+    t = gradc.grad(g)
+    xv, bv = np.arange(6.0).reshape(2, 3), np.array([1.0, 2.0, 3.0])
+    dy = np.ones((2, 3))
+    out = ref(t, x=xv, b=bv, s=np.array(2.0), grad_y=dy)
+    np.testing.assert_array_equal(out["grad_x"], 2 * dy)
+    np.testing.assert_array_equal(out["grad_b"], [-4.0, -4.0, -4.0])
+    assert out["grad_s"] == np.sum(xv - bv)
+
+
+@st.composite
+def forward_graph(draw):
+    """A random float64 forward graph mixing every forward op."""
+    g = gradc.Graph("rand")
+    n = draw(st.integers(1, 2))
+    x = g.input("x", "float64", ("N", 2, 6, 6))
+    w = g.input("w", "float64", (1, 2, 1, 1))
+    h = ops.mul(x, w)
+    steps = draw(st.lists(st.sampled_from(["relu", "clip", "pool", "slice", "resample",
+                                           "neg", "add"]), min_size=1, max_size=4))
+    for s in steps:
+        shape = h.type.shape
+        if s == "relu":
+            h = ops.relu(h)
+        elif s == "clip":
+            h = ops.clip(h, -0.5, 0.7)
+        elif s == "pool" and min(shape[2:]) >= 2:
+            h = ops.max_pooling(h, (2, 2), (1, 2), draw(st.sampled_from([(0, 0), (1, 0)])),
+                                (0, 1), dilations=draw(st.sampled_from([(1, 1), (1, 2)]))
+                                if shape[3] >= 3 else (1, 1))
+        elif s == "slice":
+            h = ops.slice(h, (0, 0, 0, 1 if shape[3] > 1 else 0), ("N", 2, shape[2],
+                          shape[3] - (1 if shape[3] > 1 else 0)), (1, -1, -1, 2))
+        elif s == "resample":
+            mode = draw(st.sampled_from(["nearest", "linear"]))
+            h = ops.resample(h, (1, 1, draw(st.sampled_from([0.5, 1.5, 2.0])), 1.3), mode)
+        elif s == "neg":
+            h = ops.neg(h)
+        else:
+            h = ops.add(h, ops.relu(h))
+    g.output(ops.reduce_sum(h, (1, 2, 3)), "loss")
+    g.output(h, "h")
+    return g, n
+
+
+@settings(max_examples=40)
+@given(forward_graph(), st.integers(0, 1000))
+def test_matches_finite_differences(case, seed):
+    g, n = case
+    for name, err, scale in finite_differences(g, {"N": n}, seed=seed, points=4):
+        assert err <= 1e-5 * (1 + scale), (name, err, str(g))
+
+
+
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+def test_against_pytorch_autograd():
+    torch = _torch()
+    F = torch.nn.functional
+    rng = np.random.default_rng(3)
+    xv = rng.permutation(2 * 3 * 9 * 9).astype(np.float64).reshape(2, 3, 9, 9) / 7 - 10
+    g = gradc.Graph("net")
+    x = g.input("x", "float64", (2, 3, 9, 9))
+    h = ops.relu(x)
+    h = ops.max_pooling(h, (3, 3), (2, 2), (1, 1), (1, 1), dilations=(1, 1))
+    h = ops.clip(h, 0.3, 5.2)
+    h = ops.slice(h, (0, 0, 1, 0), (2, 3, 4, 5), (1, 1, 1, 2))
+    h = ops.resample(h, (1, 1, 2, 2), "linear")
+    g.output(h, "y")
+    t = gradc.grad(g)
+    dy = rng.standard_normal(h.type.shape)
+    got = ref(t, x=xv, grad_y=dy)
+
+    tx = torch.tensor(xv, requires_grad=True)
+    th = F.max_pool2d(torch.relu(tx), 3, 2, 1)
+    th = torch.clamp(th, 0.3, 5.2)[:, :, 1:5, 0:5:2]
+    th = F.interpolate(th, scale_factor=2, mode="bilinear", align_corners=False)
+    th.backward(torch.tensor(dy))
+    np.testing.assert_allclose(got["y"], th.detach().numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got["grad_x"], tx.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_negative_stride_and_nearest_against_pytorch():
+    torch = _torch()
+    rng = np.random.default_rng(4)
+    xv = rng.standard_normal((1, 2, 5, 6))
+    g = gradc.Graph("net")
+    x = g.input("x", "float64", (1, 2, 5, 6))
+    h = ops.slice(x, (0, 0, 0, 0), (1, 2, 5, 6), (1, 1, -1, -2))
+    # PyTorch's "nearest": src = floor(dst * in/out): gradc offsets 0/0, rounding decreasing
+    h = ops.resample(h, (1, 1, 2, 3), "nearest", "decreasing", (0, 0, 0, 0), (0, 0, 0, 0))
+    g.output(h, "y")
+    t = gradc.grad(g)
+    dy = rng.standard_normal(h.type.shape)
+    got = ref(t, x=xv, grad_y=dy)
+    tx = torch.tensor(xv, requires_grad=True)
+    th = torch.flip(tx, dims=[2, 3])[:, :, :, ::2]
+    th = torch.nn.functional.interpolate(th, scale_factor=(2, 3), mode="nearest")
+    th.backward(torch.tensor(dy))
+    np.testing.assert_array_equal(got["y"], th.detach().numpy())
+    np.testing.assert_array_equal(got["grad_x"], tx.grad.numpy())
