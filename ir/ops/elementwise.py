@@ -59,6 +59,11 @@ class ReluGrad(OpDef):
                   dy: np.ndarray) -> list[np.ndarray]:
         return [np.where(x > 0, dy, _zero(dy))]
 
+    def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
+        """dx = relu_grad(x, dy)  =>  d(dy) = relu_grad(x, g); x gets none (a step function)."""
+        (g,) = grads
+        return [None, None if g is None else make_node("relu_grad", [node.inputs[0], g], {})]
+
 
 def _clip_bounds(c: Checker) -> None:
     d = c.t("input").dtype
@@ -122,3 +127,10 @@ class ClipGrad(OpDef):
                   dy: np.ndarray) -> list[np.ndarray]:
         mn, mx = bounds(attrs, x.dtype)
         return [np.where((x <= mn) | (x >= mx), _zero(dy), dy)]
+
+    def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
+        """dx = clip_grad(x, dy, a, b)  =>  d(dy) = clip_grad(x, g, a, b); x gets none."""
+        (g,) = grads
+        if g is None:
+            return [None, None]
+        return [None, make_node("clip_grad", [node.inputs[0], g], dict(node.attrs))]

@@ -7,6 +7,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from gradc.errors import UnsupportedError
 from gradc.ir.core import Node, Value
 from gradc.ir.ops.common import POOL_DTYPES, POOL_GRAD_DTYPES, acc_dtype, lowest
 from gradc.ir.ops.registry import Checker, OpDef, make_node, register
@@ -107,6 +108,14 @@ class MaxPoolingGrad(OpDef):
         # ufunc.at adds in the order of its index array: increasing logical index of dy.
         np.add.at(acc, index[found], dy[found].astype(acc.dtype))
         return [acc.reshape(x.shape).astype(x.dtype)]
+
+    def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
+        """Second-order gradients through max_pooling_grad are not supported (no gather op)."""
+        if all(g is None for g in grads):
+            return [None, None]
+        raise UnsupportedError("grad: max_pooling_grad: expected a graph without "
+                               "max_pooling_grad on the differentiated path (second-order "
+                               "gradients of max pooling are not supported)")
 
 
 def window_argmax(x: np.ndarray, p: Mapping[str, Sequence[int]],
