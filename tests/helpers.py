@@ -29,9 +29,16 @@ def run(fn: Callable[..., Any], *arrays: np.ndarray, target: str = "reference",
     return [out[f"y{i}"] for i in range(len(out))]
 
 
-def assert_bits(got: np.ndarray, want: np.ndarray) -> None:
-    """Bit-for-bit equality (distinguishes -0.0 from +0.0 and NaN payloads)."""
+def assert_bits(got: np.ndarray, want: np.ndarray, nan_payload: bool = True) -> None:
+    """Bit-for-bit equality (distinguishes -0.0 from +0.0 and NaN payloads).
+
+    ``nan_payload=False`` is for summing ops, where a NaN produced by arithmetic (inf - inf) has
+    no specified payload (SPEC.md §1.6: a NaN must match a NaN); every other bit must match.
+    """
     got, want = np.asarray(got), np.asarray(want)
+    if not nan_payload and got.dtype.kind == "f":
+        assert (np.isnan(got) == np.isnan(want)).all(), f"NaN positions differ\n{got}\n{want}"
+        got, want = np.where(np.isnan(got), 0, got), np.where(np.isnan(want), 0, want)
     assert got.dtype == want.dtype, (got.dtype, want.dtype)
     assert got.shape == want.shape, (got.shape, want.shape)
     if got.dtype.kind == "f":
