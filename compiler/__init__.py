@@ -8,6 +8,7 @@ from gradc.ir.parser import parse
 from gradc.executable import Executable
 from gradc.api import compile, from_onnx, grad, to_onnx
 from gradc.passes import Optimized, optimize
+from gradc import samples
 
 __version__ = "0.1.0"
 

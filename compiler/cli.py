@@ -14,6 +14,7 @@ from gradc.errors import GradcError
 from gradc.ir.core import Graph
 
 EXIT_USAGE = 2
+EXIT_INTERNAL = 70
 
 
 class CliError(GradcError):
@@ -314,6 +315,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except Exception as e:  # a bug in gradc, not bad input: still one line unless --debug
+        if args.debug:
+            raise
+        print(f"gradc: internal error: {type(e).__name__}: {e} (run with --debug for the "
+              "traceback)", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -1,0 +1,73 @@
+"""The gradc command: subcommands work, bad input gives one line and exit status 2."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import gradc
+from gradc.cli import main
+
+
+def gradc_cmd(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gradc", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=300)
+
+
+def test_verify_print_run_examples(capsys):
+    assert main(["verify", "example:pool_step"]) == 0
+    assert "ok: graph 'pool_step'" in capsys.readouterr().out
+    assert main(["print", "example:train_step"]) == 0
+    text = capsys.readouterr().out
+    assert gradc.parse(text) == gradc.samples.train_step()
+    assert main(["run", "example:forward", "--shape", "N=1", "-p", "none"]) == 0
+    out = capsys.readouterr().out
+    assert "loss: float32[]" in out
+    assert main(["examples"]) == 0
+    assert "example:train_step" in capsys.readouterr().out
+
+
+def test_text_ir_file_round_trip(tmp_path, capsys):
+    src = tmp_path / "g.ir"
+    src.write_text(str(gradc.samples.pool_step()))
+    out = tmp_path / "out.ir"
+    assert main(["print", str(src), "-o", str(out)]) == 0
+    assert out.read_text() == src.read_text() + "\n"
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["verify", "missing.ir"], "missing.ir: no such file"),
+    (["verify", "bad.ir"], "bad.ir:1:"),
+    (["verify", "badop.ir"], "relu: input.dtype: expected"),
+    (["verify", "example:nope"], "no such built-in example"),
+    (["run", "example:forward", "--shape", "N=0"], "--shape 'N=0'"),
+    (["verify", "bad.onnx"], "bad.onnx"),
+])
+def test_bad_input_one_line_exit_2(tmp_path, args, needle):
+    (tmp_path / "bad.ir").write_text("graph g(%x: f32[2]) { %y = }")
+    (tmp_path / "badop.ir").write_text(
+        "graph g(%x: i64[2]) {\n  %y = relu(%x) : i64[2]\n  return %y\n}")
+    (tmp_path / "bad.onnx").write_bytes(b"\x08\x07garbage-not-a-model\xff")
+    r = gradc_cmd(*args, cwd=str(tmp_path))
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gradc: error: "), r.stderr
+    assert needle in lines[0]
+    assert "Traceback" not in r.stderr
+
+
+def test_no_partial_output_file_on_error(tmp_path):
+    (tmp_path / "bad.ir").write_text("graph g(%x: f32[2]) {")
+    r = gradc_cmd("print", "bad.ir", "-o", "out.ir", cwd=str(tmp_path))
+    assert r.returncode == 2
+    assert not (tmp_path / "out.ir").exists()
+    assert [p for p in os.listdir(tmp_path) if p.startswith(".gradc-")] == []
+
+
+def test_help_for_each_subcommand():
+    for sub in ["verify", "print", "run", "grad", "compile", "show", "check", "examples"]:
+        r = gradc_cmd(sub, "--help")
+        assert r.returncode == 0 and "usage: gradc" in r.stdout
