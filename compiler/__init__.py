@@ -8,7 +8,7 @@ from gradc.ir.parser import parse
 from gradc.executable import Executable
 from gradc.api import compile, from_onnx, grad, to_onnx
 from gradc.passes import Optimized, optimize
-from gradc import samples
+from gradc import samples  # noqa: F401  (the built-in example graphs)
 
 __version__ = "0.1.0"
 
