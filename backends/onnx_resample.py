@@ -1,0 +1,312 @@
+"""ONNX lowering of resample and resample_grad (SPEC.md §6).
+
+The float32 taps of every static axis are computed at export time with the reference's own
+``axis_taps`` (ir/ops/resample.py) and stored as small per-axis index and weight vectors. A
+symbolic axis (scale 1, SPEC §1.4) gets its taps from the same float32 formula evaluated by
+onnxruntime (``Range``, ``Sub``, ``Floor``/``Ceil``, ``Max``/``Min``: IEEE operations that round
+exactly like NumPy), except when the map is provably the identity.
+
+- nearest ``resample``: one ``Gather`` per axis whose index vector is not the identity (a copy).
+- linear ``resample``: every one of the 2^rank corners, in SPEC's canonical order: gather the
+  corner's elements (gathers shared between corners with a common prefix), multiply by the
+  float32 product of the per-axis weights (left to right), add to the running sum in ACC
+  (float32; float64 for float64), round once (int8/uint8: half away from zero, saturate).
+- ``resample_grad``: the transpose. For every corner, the flat output index (per-axis index
+  times stride, broadcast-added) and the weighted ``dy``; all contributions, laid out as
+  (dy element, corner), go through one ``ScatterElements(reduction="add")``, so they are added
+  in the canonical order.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from gradc.backends.onnx_emit import Emitter, Tensor
+from gradc.ir.core import Node
+from gradc.ir.ops.resample import axis_taps
+from gradc.ir.types import Dim, DType
+
+F32, I64 = DType.float32, DType.int64
+ACC = {DType.float16: F32, DType.float32: F32, DType.float64: DType.float64,
+       DType.int8: F32, DType.uint8: F32}
+FOLD_LIMIT = 1 << 16  # weight products up to this size are folded at export time
+
+
+@dataclass(frozen=True)
+class Tap:
+    """One tap of one axis: index vector (None: identity) and weights (None: exactly 1)."""
+
+    index: np.ndarray | Tensor | None
+    weight: np.ndarray | Tensor | None
+
+
+def _static_taps(n_coords: int, n: int, f: tuple) -> list[Tap]:
+    out = []
+    for idx, w in axis_taps(n_coords, n, *f):
+        ident = n_coords == n and np.array_equal(idx, np.arange(n))
+        out.append(Tap(None if ident else idx, None if (w == 1).all() else w.astype(np.float32)))
+    return out
+
+
+def _shift(ipo: float, opo: float) -> float | None:
+    """c with coordinate(o) == o + c exactly, when provable for every o < 2^21.
+
+    Offsets that are multiples of 1/4 and at most 1024 make ``f32(f32(o - opo) - ipo)`` exact
+    below 2^21, so a symbolic axis shorter than that (2 million) needs no runtime taps.
+    """
+    if all((4 * v).is_integer() and abs(v) <= 1024 for v in (ipo, opo)):
+        return -opo - ipo
+    return None
+
+
+def _symbolic_taps(e: Emitter, n: str, f: tuple) -> list[Tap]:
+    scale, ipo, opo, mode, rounding = f
+    c = _shift(ipo, opo) if scale == 1.0 else None
+    if mode == "nearest" and c is not None:
+        if (rounding == "decreasing" and 0 <= c < 1) or (rounding == "increasing" and -1 < c <= 0):
+            return [Tap(None, None)]
+    if mode == "linear" and c == 0:
+        last = e.binary("Sub", e.scalar_dim(n), e.scalar(1, I64))
+        up = e.binary("Min", e.binary("Add", _range(e, n), e.scalar(1, I64)), last)
+        return [Tap(None, None), Tap(up, np.zeros((), np.float32))]
+    return _runtime_taps(e, n, f)
+
+
+def _range(e: Emitter, n: Dim) -> Tensor:
+    one, zero = e.scalar(1, I64), e.scalar(0, I64)
+    return e.op("Range", [zero, e.scalar_dim(n), one], I64, (n,))
+
+
+def _runtime_taps(e: Emitter, n: str, f: tuple) -> list[Tap]:
+    """SPEC §6.1 evaluated by onnxruntime in float32 for an axis of symbolic size n."""
+    scale, ipo, opo, mode, rounding = f
+    o = e.cast(_range(e, n), F32)
+    t = e.binary("Sub", o, e.scalar(opo, F32))
+    if scale != 1.0:
+        t = e.binary("Div", t, e.scalar(scale, F32))
+    x = e.binary("Sub", t, e.scalar(ipo, F32))
+    last = e.cast(e.binary("Sub", e.scalar_dim(n), e.scalar(1, I64)), F32)
+    zero = e.scalar(0, F32)
+    if mode == "nearest":
+        r = e.op("Floor" if rounding == "decreasing" else "Ceil", [x], F32, x.shape)
+        r = e.binary("Min", e.binary("Max", r, zero), last)
+        return [Tap(e.cast(r, I64), None)]
+    xc = e.binary("Min", e.binary("Max", x, zero), last)
+    i0f = e.op("Floor", [xc], F32, xc.shape)
+    frac = e.binary("Sub", xc, i0f)
+    i0 = e.cast(i0f, I64)
+    i1 = e.binary("Min", e.binary("Add", i0, e.scalar(1, I64)), e.cast(last, I64))
+    return [Tap(i0, e.binary("Sub", e.scalar(1, F32), frac)), Tap(i1, frac)]
+
+
+def _taps(e: Emitter, attrs: dict, coords: Sequence[Dim], sizes: Sequence[Dim]) -> list[list[Tap]]:
+    out = []
+    for d, (nc, n) in enumerate(zip(coords, sizes)):
+        f = (attrs["scales"][d], attrs["input_pixel_offsets"][d], attrs["output_pixel_offsets"][d],
+             attrs["interpolation_mode"], attrs["rounding_direction"])
+        if isinstance(nc, int) and isinstance(n, int):
+            out.append(_static_taps(nc, n, f))
+        else:
+            out.append(_symbolic_taps(e, str(n), (f[0], f[1], f[2], f[3], f[4])))
+    return out
+
+
+def _bshape(rank: int, d: int, n: Dim) -> tuple[Dim, ...]:
+    return tuple(n if b == d else 1 for b in range(rank))
+
+
+def _along(e: Emitter, v: np.ndarray | Tensor, rank: int, d: int, n: Dim,
+           dtype: DType) -> np.ndarray | Tensor:
+    """A per-axis vector (or scalar) shaped to broadcast along axis d."""
+    if isinstance(v, np.ndarray):
+        return v if v.ndim == 0 else v.reshape(tuple(-1 if b == d else 1 for b in range(rank)))
+    return e.reshape(v, _bshape(rank, d, n), [-1 if b == d else 1 for b in range(rank)])
+
+
+def _tensor(e: Emitter, v: np.ndarray | Tensor, dtype: DType) -> Tensor:
+    return v if isinstance(v, Tensor) else e.const(v, dtype)
+
+
+def _combine(e: Emitter, a: np.ndarray | Tensor | None, b: np.ndarray | Tensor,
+             op: str, dtype: DType) -> np.ndarray | Tensor:
+    """a (op) b, folded with NumPy (same IEEE rounding) while both are small constants."""
+    if a is None:
+        return b
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        if np.prod(np.broadcast_shapes(a.shape, b.shape)) <= FOLD_LIMIT:
+            with np.errstate(all="ignore"):
+                return (a * b if op == "Mul" else a + b).astype(dtype.numpy)
+    return e.binary(op, _tensor(e, a, dtype), _tensor(e, b, dtype))
+
+
+def _weight(e: Emitter, corner: Sequence[Tap], dims: Sequence[Dim]) -> np.ndarray | Tensor | None:
+    """The float32 product of the corner's per-axis weights, left to right (1s skipped)."""
+    w = None
+    for d, tap in enumerate(corner):
+        if tap.weight is not None:
+            w = _combine(e, w, _along(e, tap.weight, len(dims), d, dims[d], F32), "Mul", F32)
+    return w
+
+
+def _weighted(e: Emitter, w: np.ndarray | Tensor | None, data: Tensor) -> Tensor:
+    if w is None:
+        return data
+    if isinstance(w, np.ndarray):  # float32 -> ACC is exact
+        return e.binary("Mul", e.const(w.astype(data.dtype.numpy), data.dtype), data)
+    return e.binary("Mul", e.cast(w, data.dtype), data)
+
+
+def _drop_zero_taps(taps: list[list[Tap]]) -> list[list[Tap]]:
+    """The taps whose weight is not 0 on the whole axis (at least one per axis)."""
+    def zero(t: Tap) -> bool:
+        return isinstance(t.weight, np.ndarray) and not t.weight.any()
+    return [[t for t in ts if not zero(t)] or ts[:1] for ts in taps]
+
+
+def _fast_path(e: Emitter, data: Tensor, taps: list[list[Tap]],
+               emit: Callable[[list[list[Tap]]], Tensor], shape: Sequence[Dim]) -> Tensor:
+    """emit(taps), skipping taps of weight 0 when ``data`` is finite (they add only +-0).
+
+    A weight-0 tap turns an infinite or NaN element into NaN, so the full tap set stays as the
+    ``If``'s other branch. Integer data is always finite.
+    """
+    reduced = _drop_zero_taps(taps)
+    if all(len(a) == len(b) for a, b in zip(reduced, taps)):
+        return emit(taps)
+    if not data.dtype.is_float:
+        return emit(reduced)
+    return e.if_(e.all_finite(data), lambda: emit(reduced), lambda: emit(taps), data.dtype,
+                 shape)
+
+
+def lower_resample(e: Emitter, node: Node, args: Sequence[Tensor]) -> list[Tensor]:
+    """Nearest: per-axis ``Gather``; linear: 2^rank weighted corners summed in order."""
+    (x,) = args
+    a = dict(node.attrs)
+    out = tuple(node.outputs[0].type.shape)
+    taps = _taps(e, a, out, x.shape)
+    if a["interpolation_mode"] == "nearest":
+        return [_gather_corner(e, x, [t[0] for t in taps], out, {}, ())]
+    xa = e.cast(x, ACC[x.dtype])
+    acc = _fast_path(e, xa if x.dtype.is_float else x, taps,
+                     lambda ts: _linear_sum(e, xa, ts, out), out)
+    return [_store(e, e.expand(acc, out), x.dtype)]
+
+
+def _linear_sum(e: Emitter, xa: Tensor, taps: list[list[Tap]], out: tuple) -> Tensor:
+    """Sum over the corners in canonical order of weight * gathered element, in ACC."""
+    cache: dict[tuple, Tensor] = {}
+    acc: Tensor | None = None
+    for choice in itertools.product(*(range(len(t)) for t in taps)):
+        corner = [taps[d][c] for d, c in enumerate(choice)]
+        term = _weighted(e, _weight(e, corner, out),
+                         _gather_corner(e, xa, corner, out, cache, choice))
+        acc = term if acc is None else e.binary("Add", acc, term)
+    assert acc is not None
+    return e.expand(acc, out)
+
+
+def _gather_corner(e: Emitter, x: Tensor, corner: Sequence[Tap], out: Sequence[Dim],
+                   cache: dict[tuple, Tensor], choice: tuple) -> Tensor:
+    """x gathered along every axis with the corner's index vectors (prefixes shared)."""
+    y = x
+    for d, tap in enumerate(corner):
+        key = choice[:d + 1]
+        if key in cache:
+            y = cache[key]
+            continue
+        if tap.index is not None:
+            shape = list(y.shape)
+            shape[d] = out[d]
+            y = e.op("Gather", [y, _tensor(e, tap.index, I64)], y.dtype, shape, axis=d)
+        if choice:
+            cache[key] = y
+    return y
+
+
+def _store(e: Emitter, acc: Tensor, dtype: DType) -> Tensor:
+    """Round the accumulator once; int8/uint8 half away from zero, then saturate."""
+    if dtype.is_float:
+        return e.cast(acc, dtype)
+    mag = e.op("Abs", [acc], F32, acc.shape)
+    whole = e.op("Floor", [mag], F32, acc.shape)
+    half_up = e.compare("GreaterOrEqual", e.binary("Sub", mag, whole), e.scalar(0.5, F32))
+    r = e.binary("Add", whole, e.cast(half_up, F32))
+    neg = e.compare("Less", acc, e.scalar(0, F32))
+    r = e.op("Where", [neg, e.op("Neg", [r], F32, r.shape), r], F32, r.shape)  # feeds a Cast
+    info = np.iinfo(dtype.numpy)
+    r = e.binary("Min", e.binary("Max", r, e.scalar(info.min, F32)), e.scalar(info.max, F32))
+    return e.cast(r, dtype)
+
+
+def lower_resample_grad(e: Emitter, node: Node, args: Sequence[Tensor]) -> list[Tensor]:
+    """The transpose of resample: one ScatterElements(add) over (dy element, corner)."""
+    (dy,) = args
+    a = dict(node.attrs)
+    out = tuple(a["output_sizes"])
+    dims = tuple(dy.shape)
+    taps = _taps(e, a, dims, out)
+    dya = e.cast(dy, ACC[dy.dtype])
+    strides = [e.product(out[d + 1:]) for d in range(len(dims))]
+    total = e.product(out)
+    res = _fast_path(e, dya, taps, lambda ts: _scatter(e, dya, ts, strides, total), ("?",))
+    res = e.op("Reshape", [res, e.shape_tensor(out)], dya.dtype, out)
+    return [e.cast(res, dy.dtype)]
+
+
+def _scatter(e: Emitter, dya: Tensor, taps: list[list[Tap]], strides: list[int | Tensor],
+             total: int | Tensor) -> Tensor:
+    """acc[flat index] += weight * dy for every (dy element, corner), in that order."""
+    dims = tuple(dya.shape)
+    rank = len(dims)
+    cache: dict[tuple, np.ndarray | Tensor] = {}
+    flats, updates = [], []
+    for choice in itertools.product(*(range(len(t)) for t in taps)):
+        corner = [taps[d][c] for d, c in enumerate(choice)]
+        flat = None
+        for d, tap in enumerate(corner):
+            key = choice[:d + 1]
+            if key not in cache:
+                idx = tap.index if tap.index is not None else _identity(e, dims[d])
+                term = _combine(e, idx, _stride(strides[d]), "Mul", I64)
+                cache[key] = _combine(e, flat, _along(e, term, rank, d, dims[d], I64), "Add", I64)
+            flat = cache[key]
+        assert flat is not None
+        flats.append(e.expand(_tensor(e, flat, I64), dims))
+        updates.append(e.expand(_weighted(e, _weight(e, corner, dims), dya), dims))
+    size = e.ints([total]) if isinstance(total, int) else e.reshape(total, (1,), [1])
+    zeros = e.op("ConstantOfShape", [size], dya.dtype, ("?",), value=_zero_tensor(dya.dtype))
+    return e.op("ScatterElements", [zeros, _interleave(e, flats), _interleave(e, updates)],
+                dya.dtype, ("?",), axis=0, reduction="add")
+
+
+def _identity(e: Emitter, n: Dim) -> np.ndarray | Tensor:
+    return np.arange(n, dtype=np.int64) if isinstance(n, int) else _range(e, n)
+
+
+def _stride(s: int | Tensor) -> np.ndarray | Tensor:
+    return np.asarray(s, np.int64) if isinstance(s, int) else s
+
+
+def _interleave(e: Emitter, parts: list[Tensor]) -> Tensor:
+    """Flatten [..., corner] in row-major order: each dy element's corners stay together."""
+    if len(parts) == 1:
+        return e.reshape(parts[0], ("?",), [-1])
+    cols = [e.unsqueeze(p, -1) for p in parts]
+    stacked = e.op("Concat", cols, parts[0].dtype, tuple(parts[0].shape) + (len(parts),),
+                   axis=-1)
+    return e.reshape(stacked, ("?",), [-1])
+
+
+def _zero_tensor(dtype: DType):
+    from onnx import numpy_helper
+    return numpy_helper.from_array(np.zeros(1, dtype.numpy))
+
+
+def lower_resample_table() -> dict:
+    """The lowerings of this module by gradc op name."""
+    return {"resample": lower_resample, "resample_grad": lower_resample_grad}

@@ -1,0 +1,253 @@
+"""The ``"onnx"`` target: export a graph as standard ONNX and run it with onnxruntime (CPU).
+
+The model uses default-domain operators only (opset 21, IR version 10), passes
+``onnx.checker.check_model(model, full_check=True)``, keeps the graph's input and output names
+and its symbolic dims (``dim_param``). Every ONNX node of a gradc node is named
+``gradc.<op>.<n>/<OnnxOp>`` (``n``: the node's position; nodes of a fused group are named
+``gradc.fused.<n>/<op>.<m>/<OnnxOp>``) and its ``doc_string`` names the gradc op.
+
+Each lowering is an exact decomposition of SPEC.md. "bits": bit-identical to the reference
+(-0.0 and NaN payloads included); "tol": within SPEC §1.6's tolerance (in practice it follows
+the canonical order and rounding too, and matched bit for bit in every test run).
+
+    gradc op          ONNX decomposition                                                 result
+    relu              select(Greater(x, 0), x, +0)                                       bits
+    relu_grad         select(Greater(x, 0), dy, +0)                                      bits
+    clip              keep = LessOrEqual(x, max) & GreaterOrEqual(x, min);               bits
+                      select(keep, x, select(LessOrEqual(x, max), min, max(min, max)))
+    clip_grad         select(Or(LessOrEqual(x, min), GreaterOrEqual(x, max)), +0, dy)   bits
+    slice             one Slice (negative steps; a whole symbolic axis as -1..INT64_MIN  bits
+                      step -1), then a Gather per stride-0 axis
+    slice_grad        per axis: Slice reversal (negative stride), Concat of Expand-ed    bits
+                      zero slabs, and for |stride| > 1 a Gather from element or zero
+    max_pooling       Pad + one strided Slice per tap; running argmax in window order    bits
+                      with Greater/IsNaN and constant validity masks; values by
+                      GatherElements from the input (+ a LOWEST column for windows in
+                      padding); flat indices from Range
+    max_pooling_grad  the same argmax; ScatterElements(add) of dy in float32/float64     tol
+    resample nearest  Gather per axis whose index vector (axis_taps) is not identity     bits
+    resample linear   per corner: Gathers, Mul by the float32 weight product, Add in     tol
+                      corner order in ACC, Cast (int8/uint8: Abs/Floor half-away
+                      rounding, Max/Min saturation); an If drops weight-0 taps when
+                      the data is finite
+    resample_grad     per corner: flat index (index * stride) and weighted dy, stacked   tol
+                      as (element, corner), one ScatterElements(add), Reshape, Cast;
+                      the same If fast path
+    add, sub, mul     Add / Sub / Mul (integers wrap; float16 via float32, one rounding) bits*
+    neg               Neg; unsigned Sub(0, x); float16 via float32                        bits*
+    reduce_sum        floats: ReduceSum (float16 in float32); integers: Transpose,       tol /
+                      Reshape, MatMul with ones (wraps; onnxruntime's integer ReduceSum  bits
+                      accumulates in double and saturates)
+    reshape, expand   Reshape / Expand; symbolic dims read with Shape from an input      bits
+    cast              Cast (float64 -> float16 with a tie correction: onnxruntime        bits*
+                      rounds through float32)
+    identity          Identity; constant: an initializer                                 bits
+    fused             the body's nodes, inlined under the group's name                   -
+
+    * a NaN produced by arithmetic has no specified payload, and onnxruntime's float16 <->
+      float32 conversions set a signalling NaN's quiet bit; every other bit matches.
+
+select(c, a, b) is ``Where`` where onnxruntime's kernel copies exactly, else ``GatherElements``
+over ``Concat(b, a)`` (see onnx_emit.py).
+
+Two onnxruntime graph rewrites are not IEEE-exact, and the model is built so that a stock
+session (all optimizations on) still computes SPEC's values: ``Where(Not(c), a, b)`` is never
+emitted (NotWhereFusion swaps the branches back), and an ``Add``/``Sub``/``Mul`` with a
+1-element constant that NoopElimination would drop wrongly (``x + 0.0`` keeps a -0.0) gets a
+2-element constant (``onnx_lowering.safe_binary``). Nodes whose operands are all constants are
+evaluated at export time with the reference when their result is small, so no constant that
+onnxruntime folds escapes that check. ``build`` also turns NoopElimination off.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from gradc.backends.onnx_emit import ELEM, IR_VERSION, OPSET, Emitter, Tensor
+from gradc.backends.onnx_lowering import lower_arith_table
+from gradc.backends.onnx_pooling import lower_pool_table
+from gradc.backends.onnx_resample import lower_resample_table
+from gradc.errors import GradcError, UnsupportedError, VerifyError
+from gradc.executable import Executable
+from gradc.ir.core import Graph, Node, Value
+
+LOWERINGS = {**lower_arith_table(), **lower_pool_table(), **lower_resample_table()}
+
+
+def unsupported_ops(graph: Graph) -> list[str]:
+    """The ops of the graph (fused bodies included) that the exporter has no lowering for."""
+    missing: set[str] = set()
+    for node in graph.nodes:
+        if node.op == "fused" and node.body is not None:
+            missing.update(unsupported_ops(node.body))
+        elif node.op not in LOWERINGS:
+            missing.add(node.op)
+    return sorted(missing)
+
+
+def _value_info(v: Value) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(v.name, ELEM[v.type.dtype], list(v.type.shape))
+
+
+def to_onnx(graph: Graph) -> onnx.ModelProto:
+    """Export a graph as a standard-domain ONNX model (opset 21) that onnxruntime runs."""
+    graph.verify()
+    missing = unsupported_ops(graph)
+    if missing:
+        raise UnsupportedError(f"to_onnx: op: expected operators with an ONNX lowering, got "
+                               f"{', '.join(missing)}")
+    e = Emitter([v.name for v in graph.inputs] + [v.name for v in graph.outputs])
+    env: dict[Value, Tensor] = {}
+    for v in graph.inputs:
+        t = Tensor(v.name, v.type.dtype, v.type.shape)
+        env[v] = t
+        e.add_symbol_source(t)
+    outputs = {v: v.name for v in graph.outputs}
+    for i, node in enumerate(graph.nodes):
+        _lower_node(e, node, f"gradc.{node.op}.{i}", env, outputs)
+    used = _used_names(e.nodes) | {v.name for v in graph.outputs}
+    inits = [t for t in e.initializers if t.name in used]  # folded constants' operands go
+    g = helper.make_graph(e.nodes, graph.name, [_value_info(v) for v in graph.inputs],
+                          [_value_info(v) for v in graph.outputs], inits,
+                          doc_string=f"exported by gradc from graph {graph.name!r}")
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)],
+                              ir_version=IR_VERSION, producer_name="gradc",
+                              producer_version=_version())
+    return model
+
+
+def _used_names(nodes: Any) -> set[str]:
+    """Every tensor name read by the nodes, their subgraphs (``If`` branches) included."""
+    out: set[str] = set()
+    for n in nodes:
+        out.update(n.input)
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                out |= _used_names(a.g.node) | {o.name for o in a.g.output}
+    return out
+
+
+def _version() -> str:
+    try:
+        from gradc import __version__
+        return __version__
+    except ImportError:  # pragma: no cover - during package initialisation
+        return "0"
+
+
+def _lower_node(e: Emitter, node: Node, scope: str, env: dict[Value, Tensor],
+                outputs: Mapping[Value, str], group: str = "") -> None:
+    """Lower one node (a fused node: its body) and bind its results in ``env``."""
+    start = len(e.nodes)
+    if node.op == "fused":
+        assert node.body is not None
+        inner: dict[Value, Tensor] = {b: env[a] for b, a in zip(node.body.inputs, node.inputs)}
+        for j, sub in enumerate(node.body.nodes):
+            _lower_node(e, sub, f"{scope}/{sub.op}.{j}", inner, {}, group=scope)
+        results = [inner[v] for v in node.body.outputs]
+    else:
+        e.scope = scope
+        e.doc = f"gradc op {node.op}" + (f" in fused group {group}" if group else "")
+        args = [env[v] for v in node.inputs]
+        results = _fold(e, node, args) or LOWERINGS[node.op](e, node, args)
+    produced = {out for n in e.nodes[start:] for out in n.output}
+    for v, t in zip(node.outputs, results):
+        want = outputs.get(v)
+        if want is not None and t.name != want:
+            if t.name in produced and t.value is None:
+                e.rename(t.name, want, start)
+            else:  # an operand, constant or earlier tensor: copy it under the output's name
+                e.scope, e.doc = scope, f"gradc op {node.op}"
+                t = e.op("Identity", [t], t.dtype, t.shape)
+                e.rename(t.name, want, len(e.nodes) - 1)
+            t = Tensor(want, t.dtype, t.shape)
+        env[v] = Tensor(t.name, v.type.dtype, v.type.shape, t.value)
+
+
+FOLD_LIMIT = 4096  # elements; larger constant results are left to the lowering
+
+
+def _fold(e: Emitter, node: Node, args: list[Tensor]) -> list[Tensor] | None:
+    """Evaluate a node of constants with the reference at export time (small results only).
+
+    The model then holds SPEC's values, and onnxruntime's own folding and NoopElimination
+    never see a constant that the exporter did not (see ``safe_binary``).
+    """
+    if node.op == "constant" or not args or any(t.value is None for t in args[:1]):
+        return None
+    if node.op == "expand":
+        like = node.inputs[1].type
+        if not like.is_static or _size(like.shape) > FOLD_LIMIT:
+            return None
+        out = [np.broadcast_to(np.asarray(args[0].value), tuple(int(d) for d in like.shape))]
+    elif any(t.value is None for t in args) or any(
+            not v.type.is_static or _size(v.type.shape) > FOLD_LIMIT for v in node.outputs):
+        return None
+    else:
+        from gradc.backends.reference import evaluate_node
+        with np.errstate(all="ignore"):
+            out = evaluate_node(node, [np.asarray(t.value) for t in args], {})
+    return [e.const(np.asarray(a), v.type.dtype) for a, v in zip(out, node.outputs)]
+
+
+def _size(shape: tuple) -> int:
+    return int(np.prod([int(d) for d in shape], dtype=np.int64))
+
+
+class OnnxRunner:
+    """Runs an onnxruntime session; feeds and results keyed by the graph's names."""
+
+    def __init__(self, session: Any, graph: Graph) -> None:
+        self.session = session
+        self.inputs = [v.name for v in graph.inputs]
+        self.outputs = [v.name for v in graph.outputs]
+
+    def __call__(self, arrays: Mapping[str, np.ndarray],
+                 bindings: Mapping[str, int]) -> dict[str, np.ndarray]:
+        feeds = {n: np.require(arrays[n], requirements="C") for n in self.inputs}
+        return dict(zip(self.outputs, self.session.run(self.outputs, feeds)))
+
+
+def session(model: onnx.ModelProto, threads: int | None = None,
+            optimize: bool = True) -> Any:
+    """An onnxruntime CPU session for a model."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if threads is not None:
+        so.intra_op_num_threads = threads
+    if not optimize:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:  # NoopElimination drops x + 0.0 (-0.0 + 0.0 is +0.0); see onnx_lowering.safe_binary
+        return ort.InferenceSession(model.SerializeToString(), so,
+                                    providers=["CPUExecutionProvider"],
+                                    disabled_optimizers=["NoopElimination"])
+    except Exception as exc:  # onnxruntime raises its own exception types
+        raise GradcError(f"internal error: onnxruntime rejected the exported model: {exc}") from exc
+
+
+PIPELINE_OPTIONS = frozenset({"instruments"})  # meant for the pass pipeline, not the backend
+
+
+def build(graph: Graph, shapes: Mapping[str, int] | None, report: list | None = None,
+          threads: int | None = None, optimize: bool = True, **options: Any) -> Executable:
+    """Target "onnx": export, create the onnxruntime session once, wrap it in an Executable.
+
+    ``threads``: onnxruntime's intra-op thread count (default: its own choice); ``optimize``:
+    False turns onnxruntime's graph optimizations off.
+    """
+    unknown = sorted(set(options) - PIPELINE_OPTIONS)
+    if unknown:
+        raise VerifyError(f"compile: {unknown[0]}: expected threads or optimize for target "
+                          f"'onnx', got an unknown option {unknown[0]}={options[unknown[0]]!r}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                or threads < 1):
+        raise VerifyError(f"compile: threads: expected an int >= 1 or None, got {threads!r}")
+    model = to_onnx(graph)
+    sess = session(model, threads=threads, optimize=optimize)
+    return Executable(graph, "onnx", OnnxRunner(sess, graph), shapes, model=model, report=report)

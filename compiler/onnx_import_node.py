@@ -1,0 +1,233 @@
+"""Shared pieces of the ONNX importer: node wrapper, attribute access, dtypes, converter registry.
+
+A converter turns one ONNX node into gradc values. It is registered per ONNX op type with the
+inputs that act as attributes (they must be constants) and an optional static ``check`` that
+reports unsupported features without building anything, so that the importer can list every
+problem of a model in one ``UnsupportedError`` (SPEC.md §7).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol, Sequence, TypeAlias
+
+import numpy as np
+from onnx import AttributeProto, NodeProto, TensorProto
+
+from gradc.errors import UnsupportedError, VerifyError
+from gradc.ir.core import Graph, Value
+from gradc.ir.types import DType
+
+ONNX_DTYPES: dict[int, DType] = {
+    TensorProto.FLOAT: DType.float32, TensorProto.DOUBLE: DType.float64,
+    TensorProto.FLOAT16: DType.float16, TensorProto.INT64: DType.int64,
+    TensorProto.INT32: DType.int32, TensorProto.INT16: DType.int16, TensorProto.INT8: DType.int8,
+    TensorProto.UINT64: DType.uint64, TensorProto.UINT32: DType.uint32,
+    TensorProto.UINT16: DType.uint16, TensorProto.UINT8: DType.uint8,
+    TensorProto.BOOL: DType.bool,
+}
+
+_ATTR_KINDS: dict[int, str] = {
+    AttributeProto.FLOAT: "float", AttributeProto.INT: "int", AttributeProto.STRING: "string",
+    AttributeProto.TENSOR: "tensor", AttributeProto.GRAPH: "graph",
+    AttributeProto.FLOATS: "floats", AttributeProto.INTS: "ints",
+    AttributeProto.STRINGS: "strings", AttributeProto.SPARSE_TENSOR: "sparse tensor",
+}
+
+Produced: TypeAlias = "Value | np.ndarray | None"
+"""What a converter gives for one ONNX output: a gradc value, a constant array, or nothing."""
+
+
+def elem_type_name(elem: int) -> str:
+    """The ONNX name of a tensor element type (``FLOAT``, ``BFLOAT16``, ...)."""
+    try:
+        return TensorProto.DataType.Name(elem)
+    except ValueError:
+        return f"element type {elem}"
+
+
+def dtype_of(elem: int) -> DType:
+    """The gradc dtype of an ONNX element type; UnsupportedError for the others."""
+    if elem not in ONNX_DTYPES:
+        raise UnsupportedError(f"element type {elem_type_name(elem)} is not supported")
+    return ONNX_DTYPES[elem]
+
+
+def tensor_to_array(t: TensorProto, what: str) -> np.ndarray:
+    """The NumPy array of a TensorProto (data type checked first, read errors as GradcError)."""
+    from onnx import numpy_helper
+
+    if t.data_location == TensorProto.EXTERNAL:  # never read files named inside the model
+        raise VerifyError(f"{what}: its data is stored in an external file that was not loaded "
+                          "(pass the model's path to from_onnx)")
+    if t.data_type not in ONNX_DTYPES:
+        raise UnsupportedError(f"{what}: element type {elem_type_name(t.data_type)} is not "
+                               "supported")
+    try:
+        a = numpy_helper.to_array(t)
+    except Exception as e:  # protobuf/onnx raise many kinds for malformed tensor data
+        raise VerifyError(f"{what}: cannot read the tensor data ({type(e).__name__}: {e})") \
+            from None
+    return np.asarray(a, dtype=ONNX_DTYPES[t.data_type].numpy)
+
+
+class OnnxNode:
+    """An ONNX node with checked access to its inputs, outputs and attributes."""
+
+    def __init__(self, proto: NodeProto, index: int) -> None:
+        self.proto = proto
+        self.index = index
+        self.op = proto.op_type
+        self.domain = "" if proto.domain in ("", "ai.onnx") else proto.domain
+        self.name = proto.name
+        self.inputs = tuple(proto.input)
+        self.outputs = tuple(proto.output)
+        self.attrs = {a.name: a for a in proto.attribute}
+        first = next((o for o in self.outputs if o), "")
+        self.where = (f"{self.op} {self.name!r}" if self.name
+                      else f"{self.op} node #{index} (output {first!r})")
+
+    def input(self, i: int) -> str:
+        """The name of input ``i``, or "" when the optional input is absent."""
+        return self.inputs[i] if i < len(self.inputs) else ""
+
+    def output(self, i: int) -> str:
+        """The name of output ``i``, or "" when the optional output is absent."""
+        return self.outputs[i] if i < len(self.outputs) else ""
+
+    def has(self, name: str) -> bool:
+        """True if the attribute is given."""
+        return name in self.attrs
+
+    def _attr(self, name: str, kind: int) -> AttributeProto | None:
+        a = self.attrs.get(name)
+        if a is None:
+            return None
+        if a.type != kind:
+            raise VerifyError(f"attribute {name}: expected {_ATTR_KINDS[int(kind)]}, got "
+                              f"{_ATTR_KINDS.get(int(a.type), f'attribute type {a.type}')}")
+        return a
+
+    def get_int(self, name: str, default: int) -> int:
+        """An int attribute."""
+        a = self._attr(name, AttributeProto.INT)
+        return default if a is None else int(a.i)
+
+    def get_float(self, name: str, default: float | None) -> float | None:
+        """A float attribute."""
+        a = self._attr(name, AttributeProto.FLOAT)
+        return default if a is None else float(a.f)
+
+    def get_str(self, name: str, default: str) -> str:
+        """A string attribute (UTF-8)."""
+        a = self._attr(name, AttributeProto.STRING)
+        return default if a is None else a.s.decode("utf-8", "replace")
+
+    def get_ints(self, name: str, default: Sequence[int] | None) -> list[int] | None:
+        """An ints attribute."""
+        a = self._attr(name, AttributeProto.INTS)
+        if a is None:
+            return None if default is None else list(default)
+        return [int(v) for v in a.ints]
+
+    def get_floats(self, name: str) -> list[float] | None:
+        """A floats attribute."""
+        a = self._attr(name, AttributeProto.FLOATS)
+        return None if a is None else [float(v) for v in a.floats]
+
+    def get_tensor(self, name: str) -> np.ndarray | None:
+        """A tensor attribute as a NumPy array."""
+        a = self._attr(name, AttributeProto.TENSOR)
+        return None if a is None else tensor_to_array(a.t, f"attribute {name}")
+
+
+class Context(Protocol):
+    """What converters need from the importer."""
+
+    opset: int
+    graph: Graph
+
+    def is_const(self, name: str) -> bool:
+        """True if the ONNX value is an initializer or the output of a Constant node."""
+
+    def const(self, node: OnnxNode, index: int, field: str) -> np.ndarray | None:
+        """The array of a constant input (None when absent); UnsupportedError if not constant."""
+
+    def value(self, node: OnnxNode, index: int, field: str) -> Value:
+        """The gradc value of a required input (constants become ``constant`` nodes)."""
+
+
+@dataclass(frozen=True)
+class Converter:
+    """How one ONNX op type is imported."""
+
+    build: Callable[[OnnxNode, Context], Sequence[Produced]]
+    const_inputs: tuple[tuple[int, str], ...] = ()
+    check: Callable[[OnnxNode, Context], list[str]] | None = None
+    fold: Callable[[OnnxNode, Context], list[np.ndarray] | None] | None = None
+
+
+CONVERTERS: dict[str, Converter] = {}
+
+
+def converter(*op_types: str, const_inputs: tuple[tuple[int, str], ...] = (),
+              check: Callable[[OnnxNode, Context], list[str]] | None = None,
+              fold: Callable[[OnnxNode, Context], list[np.ndarray] | None] | None = None
+              ) -> Callable[[Callable], Callable]:
+    """Decorator: register a build function for the given ONNX op types."""
+    def wrap(fn: Callable) -> Callable:
+        for op in op_types:
+            CONVERTERS[op] = Converter(fn, const_inputs, check, fold)
+        return fn
+    return wrap
+
+
+def require_dtype(v: Value, allowed: Sequence[DType], field: str, gradc_op: str) -> DType:
+    """UnsupportedError unless the value's dtype is one the gradc op accepts (SPEC.md §1.2)."""
+    d = v.type.dtype
+    if d not in allowed:
+        raise UnsupportedError(f"input {field}: dtype {d} is not supported (gradc {gradc_op} "
+                               f"takes {', '.join(a.value for a in allowed)})")
+    return d
+
+
+def require_rank(v: Value, lo: int, hi: int, field: str, gradc_op: str) -> int:
+    """UnsupportedError unless the value's rank is in the gradc op's range."""
+    r = v.type.rank
+    if not lo <= r <= hi:
+        raise UnsupportedError(f"input {field}: rank {r} is not supported (gradc {gradc_op} "
+                               f"takes rank {lo}..{hi})")
+    return r
+
+
+def int_list(a: np.ndarray, field: str) -> list[int]:
+    """A constant integer input as a list of ints (rank 0 or 1)."""
+    if a.dtype.kind not in "iu" or a.ndim > 1:
+        raise VerifyError(f"input {field}: expected a 1-D integer tensor, got "
+                          f"{a.dtype}{list(a.shape)}")
+    return [int(v) for v in a.reshape(-1)]
+
+
+def float_list(a: np.ndarray, field: str) -> list[float]:
+    """A constant float input as a list of Python floats (rank 0 or 1)."""
+    if a.dtype.kind != "f" or a.ndim > 1:
+        raise VerifyError(f"input {field}: expected a 1-D float tensor, got "
+                          f"{a.dtype}{list(a.shape)}")
+    return [float(v) for v in a.reshape(-1)]
+
+
+def normalize_axes(axes: Sequence[int], rank: int, field: str) -> list[int]:
+    """Axes with negatives counted from the end; VerifyError for out-of-range or repeated ones."""
+    out: list[int] = []
+    for i, a in enumerate(axes):
+        if not -rank <= a < rank:
+            raise VerifyError(f"{field}[{i}]: expected an axis in {-rank}..{rank - 1}, got {a}")
+        if a % rank in out:
+            raise VerifyError(f"{field}[{i}]: expected an axis not listed twice, got {a}")
+        out.append(a % rank)
+    return out
+
+
+__all__ = ["OnnxNode", "Context", "Converter", "CONVERTERS", "converter", "ONNX_DTYPES",
+           "dtype_of", "tensor_to_array", "require_dtype", "require_rank", "int_list",
+           "float_list", "normalize_axes", "elem_type_name", "Produced"]
