@@ -1,8 +1,19 @@
-"""Optimization passes and the pass manager (one pass per file, named after the pass)."""
+"""Optimization passes and the pass manager (one pass per file, named after the pass).
 
-from gradc.passes.manager import (PASSES, Optimized, Pass, PassReport, PassResult,
-                                  default_pipeline, optimize, register_pass)
-from gradc.passes import dce  # noqa: F401  (registers the pass)
+Passes (kebab-case names): ``canonicalize``, ``cse``, ``constant-fold``, ``dce``,
+``fuse-gradients``, ``fuse-elementwise``. ``default_pipeline()`` lists what ``"default"`` runs.
+"""
 
-__all__ = ["PASSES", "Optimized", "Pass", "PassReport", "PassResult", "default_pipeline",
-           "optimize", "register_pass"]
+from gradc.passes.manager import (PASSES, Instrument, Optimized, Pass, PassEvent, PassReport,
+                                  PassResult, default_pipeline, optimize, register_pass, resolve)
+from gradc.passes import (canonicalize, constant_fold, cse, dce,  # noqa: F401 (registration)
+                          fuse_elementwise, fuse_gradients)
+from gradc.passes.instruments import (DiffEach, DumpIR, PassStatistics, PrintAfterAll,
+                                      PrintAfterChange, TimePasses, instruments_from_flags)
+from gradc.passes.pattern import Pattern, apply_patterns
+from gradc.passes.rewriter import Rewriter
+
+__all__ = ["PASSES", "Instrument", "Optimized", "Pass", "PassEvent", "PassReport", "PassResult",
+           "default_pipeline", "optimize", "register_pass", "resolve", "DiffEach", "DumpIR",
+           "PassStatistics", "PrintAfterAll", "PrintAfterChange", "TimePasses",
+           "instruments_from_flags", "Pattern", "apply_patterns", "Rewriter"]
