@@ -1,0 +1,124 @@
+"""C source -> shared library, cached by a hash of the source, the compiler and the flags.
+
+The cache lives in the directory the caller passes (``c_target.build`` resolves
+``$XDG_CACHE_HOME/gradc`` or ``~/.cache/gradc`` at the API boundary). Writes are atomic: each
+process compiles into a temporary file of the cache directory and ``os.replace``s it, so
+concurrent builds of one graph all succeed and a reader never sees a partial library.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from gradc.errors import GradcError
+
+# Every operation rounded separately (SPEC.md §1.6): no contraction into FMA, no fast math.
+BASE_FLAGS = ("-std=c11", "-O3", "-ffp-contract=off", "-fno-fast-math", "-fno-strict-aliasing",
+              "-fPIC", "-shared")
+OPTIONAL_FLAGS = ("-march=native",)
+OPENMP_FLAG = "-fopenmp"
+PROBE_SOURCE = "#include <omp.h>\nint gradc_probe(void) { return omp_get_max_threads(); }\n"
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """A working C compiler with the flags it accepts."""
+
+    argv: tuple[str, ...]
+    version: str
+    flags: tuple[str, ...]
+    openmp: bool
+
+
+def _run(argv: list[str], cwd: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def _version(argv: tuple[str, ...]) -> str:
+    try:
+        r = _run([*argv, "--version"])
+    except (FileNotFoundError, PermissionError, NotADirectoryError) as e:
+        raise GradcError(f"c target: cc: expected a C compiler, got {shlex.join(argv)!r} "
+                         f"({e.strerror or e}); install one or pass cc=... (or set $CC)") from None
+    if r.returncode != 0:
+        raise GradcError(f"c target: cc: expected a working C compiler, got "
+                         f"{shlex.join(argv)!r} ({(r.stderr or r.stdout).strip()[:200]})")
+    return (r.stdout or r.stderr).strip()
+
+
+def _accepts(argv: tuple[str, ...], flags: list[str], source: str) -> bool:
+    with tempfile.TemporaryDirectory(prefix="gradc-probe-") as d:
+        src = os.path.join(d, "probe.c")
+        with open(src, "w") as f:
+            f.write(source)
+        r = _run([*argv, *BASE_FLAGS, *flags, "-o", os.path.join(d, "probe.so"), src])
+        return r.returncode == 0
+
+
+@functools.lru_cache(maxsize=None)
+def toolchain(cc: str, cache_dir: str) -> Toolchain:
+    """Probe a compiler once per process (and once per machine, through the cache directory)."""
+    argv = tuple(shlex.split(cc)) or ("cc",)
+    version = _version(argv)
+    key = hashlib.sha256("\0".join([*argv, version, *BASE_FLAGS]).encode()).hexdigest()[:24]
+    path = Path(cache_dir) / f"probe-{key}.json"
+    try:
+        data = json.loads(path.read_text())
+        return Toolchain(argv, version, tuple(data["flags"]), bool(data["openmp"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    flags = [f for f in OPTIONAL_FLAGS if _accepts(argv, [f], "int gradc_probe;\n")]
+    openmp = _accepts(argv, flags + [OPENMP_FLAG], PROBE_SOURCE)
+    tc = Toolchain(argv, version, tuple(flags), openmp)
+    _atomic_write(path, json.dumps({"flags": flags, "openmp": openmp}).encode())
+    return tc
+
+
+def _atomic_write(path: Path, data: bytes, strict: bool = False) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        if strict:
+            raise
+        # A probe result that cannot be cached only costs a probe next time.
+
+
+def compile_library(source: str, cc: str, cache_dir: str, openmp: bool = True) -> Path:
+    """The path of the shared library of ``source``, compiling it unless it is cached."""
+    tc = toolchain(cc, cache_dir)
+    flags = [*BASE_FLAGS, *tc.flags] + ([OPENMP_FLAG] if openmp and tc.openmp else [])
+    key = hashlib.sha256("\0".join([source, *tc.argv, tc.version, *flags]).encode()).hexdigest()
+    lib = Path(cache_dir) / f"{key[:32]}.so"
+    if lib.exists():
+        return lib
+    src = lib.with_suffix(".c")
+    try:
+        lib.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(src, source.encode(), strict=True)
+        fd, tmp = tempfile.mkstemp(dir=lib.parent, prefix=".tmp-", suffix=".so")
+        os.close(fd)
+    except OSError as e:
+        raise GradcError(f"c target: cache_dir: expected a writable directory, got "
+                         f"{str(lib.parent)!r} ({e.strerror})") from None
+    try:
+        r = _run([*tc.argv, *flags, "-o", tmp, str(src), "-lm"])
+        if r.returncode != 0:
+            raise GradcError(f"c target: the C compiler failed on the generated source "
+                             f"({src}):\n{r.stderr.strip()[-2000:]}")
+        os.replace(tmp, lib)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return lib

@@ -1,0 +1,282 @@
+"""Graph -> C source: one static function per node (or fused group), one entry function.
+
+The entry function is ``int gradc_entry(const int64_t *S, void *const *A, int nt)``: ``S`` holds
+the symbol values (order: ``Program.symbols``), ``A`` the input pointers then the output
+pointers (buffers allocated by the caller), ``nt`` the thread count (0: OpenMP's default). It
+returns 0, or 1 when an allocation failed. Intermediate values get 64-byte aligned buffers
+(``gc_alloc``), freed after their last use; ``reshape`` of an intermediate aliases its operand;
+constants are static arrays of bit patterns. No user-supplied name or string reaches the
+source: values are numbered, and the only comments name registry op names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+import numpy as np
+
+from gradc.errors import UnsupportedError
+from gradc.ir.core import Graph, Node, Value
+
+from gradc.backends.c_kernel import Kernel, broadcasts, check_anchored
+from gradc.backends.c_loops import emit_copy, emit_elementwise, emit_reduce_sum, emit_slice
+from gradc.backends.c_prelude import PRELUDE
+from gradc.backends.c_scalar import SCALAR
+from gradc.backends.c_types import Dims, ctype
+
+Emitter = Callable[[Kernel], None]
+ANCHORED = ("max_pooling_grad", "slice_grad", "resample_grad")
+
+
+def _emitters() -> dict[str, Emitter]:
+    from gradc.backends.c_pool import emit_max_pooling, emit_max_pooling_grad
+    from gradc.backends.c_resample import emit_resample, emit_resample_grad
+    from gradc.backends.c_slice_grad import emit_slice_grad
+    table: dict[str, Emitter] = {op: emit_elementwise for op in SCALAR}
+    table.update({
+        "slice": emit_slice, "slice_grad": emit_slice_grad, "reduce_sum": emit_reduce_sum,
+        "max_pooling": emit_max_pooling, "max_pooling_grad": emit_max_pooling_grad,
+        "resample": emit_resample, "resample_grad": emit_resample_grad, "reshape": emit_copy,
+    })
+    return table
+
+
+EMITTERS = _emitters()
+SPECIAL = ("constant", "fused")  # handled by the program builder itself
+
+
+@dataclass
+class Program:
+    """The generated C text and what the runtime needs to call it."""
+
+    source: str
+    symbols: list[str]
+    inputs: list[Value]
+    outputs: list[Value]
+
+
+def check_supported(graph: Graph) -> None:
+    """Raise UnsupportedError listing every op (also inside fused bodies) the C target lacks."""
+    missing: set[str] = set()
+
+    def walk(g: Graph) -> None:
+        for n in g.nodes:
+            if n.body is not None:
+                walk(n.body)
+            elif n.op not in EMITTERS and n.op not in SPECIAL:
+                missing.add(n.op)
+
+    walk(graph)
+    if missing:
+        raise UnsupportedError(f"c target: expected operators with a C lowering, got "
+                               f"{', '.join(sorted(missing))}")
+
+
+@dataclass
+class _Plan:
+    dims: Dims
+    alias: dict[Value, Value] = field(default_factory=dict)
+    nodes: list[Node] = field(default_factory=list)
+
+    def resolve(self, v: Value) -> Value:
+        seen = 0
+        while v in self.alias and seen < 10_000:
+            v, seen = self.alias[v], seen + 1
+        return v
+
+
+def _group_ok(n: Node, dims: Dims) -> bool:
+    kind = n.attrs.get("kind")
+    body = n.body
+    if kind == "elementwise":
+        shape = body.outputs[0].type.shape
+        return (all(m.op in SCALAR for m in body.nodes)
+                and all(dims.same_shape(v.type.shape, shape) for v in body.outputs)
+                and all(broadcasts(dims, v.type.shape, shape) for v in body.values()))
+    return kind in ANCHORED and check_anchored(n, dims)
+
+
+def _flatten(g: Graph, plan: _Plan) -> None:
+    for n in g.nodes:
+        if n.body is not None and not _group_ok(n, plan.dims):
+            for bi, oi in zip(n.body.inputs, n.inputs):
+                plan.alias[bi] = oi
+            _flatten(n.body, plan)
+            for oo, bo in zip(n.outputs, n.body.outputs):
+                plan.alias[oo] = bo
+        else:
+            plan.nodes.append(n)
+
+
+def _symbols(graph: Graph, nodes: list[Node]) -> list[str]:
+    seen: dict[str, None] = {}
+
+    def add(v: Value) -> None:
+        for d in v.type.shape:
+            if isinstance(d, str):
+                seen.setdefault(d)
+
+    for v in graph.inputs:
+        add(v)
+    for n in nodes:
+        for v in n.inputs + n.outputs:
+            add(v)
+        if n.body is not None:
+            for v in n.body.values():
+                add(v)
+    return list(seen)
+
+
+def generate(graph: Graph, shapes: Mapping[str, int] | None = None) -> Program:
+    """The C program of a verified graph (UnsupportedError before any text is produced)."""
+    check_supported(graph)
+    plan = _Plan(Dims([], dict(shapes or {})))
+    _flatten(graph, plan)
+    symbols = _symbols(graph, plan.nodes)
+    plan.dims = Dims(symbols, dict(shapes or {}))
+    return _Builder(graph, plan, symbols).build()
+
+
+class _Builder:
+    """Assigns buffers and writes the kernels and the entry function."""
+
+    def __init__(self, graph: Graph, plan: _Plan, symbols: list[str]) -> None:
+        self.graph = graph
+        self.plan = plan
+        self.dims = plan.dims
+        self.symbols = symbols
+        self.buf: dict[Value, str] = {}
+        self.owned: dict[str, Value] = {}  # malloc'd buffer name -> value
+        self.statics: list[str] = []
+        self.kernels: list[str] = []
+        self.body: list[str] = []
+
+    def build(self) -> Program:
+        """Assemble the whole program."""
+        g = self.graph
+        nin = len(g.inputs)
+        for i, v in enumerate(g.inputs):
+            self.buf[v] = f"A[{i}]"
+        outs = [self.plan.resolve(v) for v in g.outputs]
+        for j, v in enumerate(outs):
+            self.buf[v] = f"A[{nin + j}]"
+        steps = self._steps(set(outs))
+        self._entry(steps)
+        src = "\n".join([PRELUDE, *self.statics, *self.kernels, *self.body, ""])
+        return Program(src, self.symbols, list(g.inputs), list(g.outputs))
+
+    # -- planning ------------------------------------------------------------------------
+    def _steps(self, outs: set[Value]) -> list[tuple[Node, str | None]]:
+        """Assign buffers and kernels; returns (node, kernel call or None) in order."""
+        steps = []
+        for n in self.plan.nodes:
+            if n.op == "constant":
+                steps.append((n, self._constant(n, outs)))
+                continue
+            if n.op == "reshape" and n.outputs[0] not in outs:
+                self.buf[n.outputs[0]] = self.buf[self.plan.resolve(n.inputs[0])]
+                steps.append((n, None))
+                continue
+            for v in n.outputs:
+                if v not in self.buf:
+                    name = f"b{len(self.owned)}"
+                    self.buf[v] = name
+                    self.owned[name] = v
+            steps.append((n, self._kernel(n)))
+        return steps
+
+    def _constant(self, n: Node, outs: set[Value]) -> str | None:
+        v = n.outputs[0]
+        arr = np.ascontiguousarray(n.attrs["value"])
+        t = ctype(v.type.dtype)
+        name = f"gc_const{len(self.statics)}"
+        bits = arr.reshape(-1).view(np.dtype(f"u{arr.dtype.itemsize}"))
+        data = ", ".join(f"0x{int(b):x}u" for b in bits)
+        self.statics.append(f"static const {t.bits} {name}[{bits.size}] = {{{data}}};")
+        if v in outs:
+            size = bits.size * arr.dtype.itemsize
+            return f"memcpy({self.buf[v]}, {name}, {size});"
+        self.buf[v] = f"(void *){name}"
+        return None
+
+    def _kernel(self, n: Node) -> str:
+        """Emit the function of one node; returns the C call."""
+        name = f"k{len(self.kernels)}"
+        params: dict[str, str] = {}  # buffer -> parameter
+        ptr: dict[Value, str] = {}
+        order: list[tuple[str, Value, bool]] = []
+
+        def bind(v: Value, outer: Value, is_out: bool) -> None:
+            b = self.buf[self.plan.resolve(outer)]
+            if b not in params:
+                params[b] = f"p{len(params)}"
+                order.append((b, outer, is_out))
+            ptr[v] = params[b]
+
+        for v in n.outputs:
+            bind(v, v, True)
+        for v in n.inputs:
+            bind(v, v, False)
+        if n.body is not None:
+            for bv, ov in zip(n.body.inputs, n.inputs):
+                bind(bv, ov, False)
+            for bv, ov in zip(n.body.outputs, n.outputs):
+                bind(bv, ov, True)
+        k = Kernel(name, n, self.dims, ptr)
+        if n.body is None:
+            EMITTERS[n.op](k)
+        elif n.attrs["kind"] == "elementwise":
+            emit_elementwise(k)
+        else:
+            EMITTERS[n.attrs["kind"]](k)
+        sig = []
+        for b, v, is_out in order:
+            p = params[b]
+            ty = k.types.get(p, ctype(v.type.dtype).store)
+            sig.append(f"{ty} *restrict {p}" if is_out else f"const {ty} *restrict {p}")
+        head = f"static int {name}(const int64_t *restrict S, int nt, {', '.join(sig)})"
+        self.kernels.append("\n".join([f"/* {n.op if n.body is None else 'fused'} */",
+                                       head + " {", "  (void)S; (void)nt;",
+                                       *("  " + ln for ln in k.lines), "  return 0;", "}"]))
+        args = []
+        for b, v, is_out in order:
+            ty = k.types.get(params[b], ctype(v.type.dtype).store)
+            args.append(f"({'' if is_out else 'const '}{ty} *){b}")
+        return f"rc = {name}(S, nt, {', '.join(args)});"
+
+    # -- entry -------------------------------------------------------------------------------
+    def _entry(self, steps: list[tuple[Node, str | None]]) -> None:
+        last: dict[str, int] = {}
+        for i, (n, _) in enumerate(steps):
+            for v in n.inputs:
+                b = self.buf[self.plan.resolve(v)]
+                if b in self.owned:
+                    last[b] = i
+            for v in n.outputs:
+                b = self.buf.get(v, "")
+                if b in self.owned:
+                    last[b] = max(last.get(b, i), i)
+        lines = ["int gradc_entry(const int64_t *S, void *const *A, int nt) {", "  int rc = 0;",
+                 "#ifdef _OPENMP", "  if (nt <= 0) nt = omp_get_max_threads();", "#else",
+                 "  nt = 1;", "#endif"]
+        lines += [f"  void *{b} = NULL;" for b in self.owned]
+        for i, (n, call) in enumerate(steps):
+            for v in n.outputs:
+                b = self.buf.get(v, "")
+                if b in self.owned and self.owned[b] is v:
+                    size = f"(size_t){self.dims.prod(v.type.shape)} * {v.type.dtype.numpy.itemsize}"
+                    lines += [f"  {b} = gc_alloc({size});",
+                              f"  if (!{b}) {{ rc = 1; goto done; }}"]
+            if call is not None:
+                lines.append(f"  {call}")
+                if call.startswith("rc ="):
+                    lines.append("  if (rc) goto done;")
+            for b, j in last.items():
+                if j == i:
+                    lines.append(f"  free({b}); {b} = NULL;")
+        lines.append("done:")
+        lines += [f"  free({b});" for b in self.owned]
+        lines += ["  return rc;", "}"]
+        self.body = lines
+

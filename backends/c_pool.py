@@ -1,0 +1,300 @@
+"""max_pooling and max_pooling_grad: per (n, c) plane, argmax recomputed in registers.
+
+Windows of one plane only read (and, for the gradient, only write) that plane, so planes run in
+parallel without atomics. Each output row is done in two passes: (1) the flat in-plane index of
+every window's argmax into a small per-thread row buffer, in branch-free loops with the valid
+taps of each group of windows unrolled (vectorizable over the columns); (2) the values and
+indices (forward), or ``acc[argmax] += dY`` in dY's row-major order (gradient). Pass (1) first
+compares with a plain '>' and notes NaN candidates; a plane that has one is redone with the
+NaN-aware rule. Row-major order within a plane is the canonical order of SPEC.md §5.2, so the
+sums are bit-identical to the reference. Ties keep the lowest index; NaN never wins unless every
+candidate is NaN (SPEC.md §5.1).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from gradc.ir.ops.common import lowest
+from gradc.ir.ops.pooling import POOL_FIELDS
+
+from gradc.backends.c_kernel import Kernel, anchored, ctx_gen
+from gradc.backends.c_scalar import narrow, widen
+from gradc.backends.c_types import CType, ctype, literal
+
+MAX_UNROLL = 64  # windows with more taps use the bounds-checked loop everywhere
+
+
+class _Pool:
+    """Static geometry of one pooling op and the C text of its argmax row pass."""
+
+    def __init__(self, k: Kernel, x_shape: tuple, out_spatial: tuple, attrs, t: CType) -> None:
+        self.k = k
+        self.t = t
+        self.sp = [int(d) for d in x_shape[2:]]
+        self.out = [int(d) for d in out_spatial]
+        self.w, self.s, self.pad, self.end, self.d = (list(attrs[f]) for f in POOL_FIELDS)
+        self.nd = len(self.sp)
+        self.plane = math.prod(self.sp)
+        self.oplane = math.prod(self.out)
+        self.idx = "int32_t" if self.plane < 2 ** 31 else "int64_t"
+        self.st = [math.prod(self.sp[a + 1:]) for a in range(self.nd)]
+        self.nan = True  # whether the argmax code must handle NaN candidates
+
+    def krange(self, a: int, o: int) -> tuple[int, int]:
+        """The valid taps ``lo..hi`` of axis ``a`` for output coordinate ``o`` (static)."""
+        st = o * self.s[a] - self.pad[a]
+        lo = 0 if st >= 0 else -(-(-st) // self.d[a])
+        hi = -1 if st > self.sp[a] - 1 else (self.sp[a] - 1 - st) // self.d[a]
+        return lo, min(hi, self.w[a] - 1)
+
+    def groups(self, a: int) -> list[tuple[int, int, tuple[int, int]]]:
+        """Runs ``(o_first, o_last, krange)`` of output coordinates sharing one valid range."""
+        runs: list[tuple[int, int, tuple[int, int]]] = []
+        for o in range(self.out[a]):
+            kr = self.krange(a, o)
+            if runs and runs[-1][2] == kr:
+                runs[-1] = (runs[-1][0], o, kr)
+            else:
+                runs.append((o, o, kr))
+        return runs
+
+    def tiled(self) -> bool:
+        """True when the windows tile the input exactly (no padding, no gaps, no overlap)."""
+        return all(p == 0 and e == 0 and d == 1 and s == w and n == o * w
+                   for p, e, d, s, w, n, o in zip(self.pad, self.end, self.d, self.s, self.w,
+                                                  self.sp, self.out))
+
+    def offsets_all(self) -> list[int]:
+        """In-plane offsets of every tap from the window origin, in window order."""
+        return self._offsets([(0, w - 1) for w in self.w])
+
+    def better(self, v: str, best: str) -> str:
+        """The SPEC.md §5.1 replacement rule (strict '>', NaN never beats a number)."""
+        if self.t.is_float and self.nan:  # this form vectorizes (GCC)
+            return f"({v} > {best} || ({best} != {best} && {v} == {v}))"
+        return f"({v} > {best})"
+
+    def rows_by_nan(self, make, reset: list[str]) -> list[str]:
+        """The rows with a plain '>' (noting NaN candidates), redone NaN-aware if one was seen.
+
+        The plain comparison is much cheaper; it is exact unless a candidate is NaN.
+        """
+        if not self.t.is_float:
+            return self.rows(make())
+        self.nan = False
+        plain = self.rows(make())
+        self.nan = True
+        aware = self.rows(make())
+        return ["int nanf = 0;", *plain, "if (nanf) {", *("  " + ln for ln in reset + aware),
+                "}"]
+
+    def note_nan(self, v: str) -> str:
+        """In the plain variant, record whether candidate ``v`` is NaN."""
+        if not self.t.is_float or self.nan:
+            return ""
+        return f" nanf |= {v} != {v};"
+
+    def row_pass(self, bi: str) -> list[str]:
+        """Fill ``bi[ow]`` (in-plane argmax or -1) for the row at outer coords ``r0..``.
+
+        Every window's valid taps are known statically from its coordinates, so rows are
+        grouped by the valid tap ranges of their outer axes and columns by that of the last
+        axis; each group gets straight-line code with its taps unrolled (the interior columns
+        in a vectorizable loop). Windows with too many taps use a bounds-checked loop.
+        """
+        if math.prod(self.w) > MAX_UNROLL:
+            return self._general(bi)
+        last = self.nd - 1
+        lines: list[str] = []
+        for combo in itertools.product(*(self.groups(a) for a in range(last))):
+            cond = " && ".join(f"r{a} >= {g[0]} && r{a} <= {g[1]}" for a, g in enumerate(combo))
+            lines += [f"{'else ' if lines else ''}if ({cond or '1'}) {{",
+                      *("  " + ln for ln in self._row(bi, [g[2] for g in combo])), "}"]
+        return lines
+
+    def _row(self, bi: str, outer: list[tuple[int, int]]) -> list[str]:
+        """One row whose outer axes have the valid tap ranges ``outer``."""
+        last = self.nd - 1
+        if any(lo > hi for lo, hi in outer):
+            return [f"for (int64_t ow = 0; ow < {self.out[last]}; ow++) {bi}[ow] = -1;"]
+        rowbase = " + ".join(f"(r{a} * {self.s[a]} - {self.pad[a]}) * {self.st[a]}"
+                             for a in range(last)) or "0"
+        lines = [f"const {self.idx} rb = ({self.idx})({rowbase});"]
+        for first, lastc, kr in self.groups(last):
+            offs = self._offsets(outer + [kr])
+            if not offs:
+                lines.append(f"for (int64_t ow = {first}; ow <= {lastc}; ow++) {bi}[ow] = -1;")
+            else:
+                lines += [f"for (int64_t ow = {first}; ow <= {lastc}; ow++) {{",
+                          *("  " + ln for ln in self._window(bi, offs)), "}"]
+        return lines
+
+    def _offsets(self, ranges: list[tuple[int, int]]) -> list[int]:
+        """In-plane offsets of the valid taps from the window origin, in window order."""
+        if any(lo > hi for lo, hi in ranges):
+            return []
+        return [sum(k[a] * self.d[a] * self.st[a] for a in range(self.nd))
+                for k in itertools.product(*(range(lo, hi + 1) for lo, hi in ranges))]
+
+    def _window(self, bi: str, offs: list[int]) -> list[str]:
+        """The argmax of the window at column ``ow`` over the taps ``offs`` (unrolled)."""
+        t, ct = self.t, self.t.compute
+        lines = [f"const {self.idx} base = rb + ({self.idx})(ow * {self.s[-1]} - {self.pad[-1]});",
+                 f"{self.idx} b = base + {offs[0]}; {ct} bv = {widen(t, 'x[b]')};"
+                 + self.note_nan("bv")]
+        for off in offs[1:]:
+            lines += ["{", f"  const {self.idx} ii = base + {off};",
+                      f"  const {ct} v = {widen(t, 'x[ii]')};{self.note_nan('v')}",
+                      f"  const _Bool take = {self.better('v', 'bv')};",
+                      "  bv = take ? v : bv; b = take ? ii : b;", "}"]
+        return lines + [f"{bi}[ow] = b;"]
+
+    def _range(self, a: int, o: str) -> list[str]:
+        """``s{a}`` (window start) and the valid taps ``lo{a}..hi{a}`` of axis a at coord o."""
+        s, p, d, n, w = self.s[a], self.pad[a], self.d[a], self.sp[a], self.w[a]
+        return [f"const int64_t s{a} = {o} * {s} - {p};",
+                f"const int64_t lo{a} = s{a} >= 0 ? 0 : (-s{a} + {d - 1}) / {d};",
+                f"int64_t hi{a} = s{a} > {n - 1} ? -1 : ({n - 1} - s{a}) / {d};",
+                f"if (hi{a} > {w - 1}) hi{a} = {w - 1};"]
+
+    def _general(self, bi: str) -> list[str]:
+        """Bounds-aware windows (large windows): only valid taps, the first seeds the max."""
+        t, nd = self.t, self.nd
+        last = nd - 1
+        ct = t.compute
+        pos = [f"(s{ax} + k{ax} * {self.d[ax]}) * {self.st[ax]}" for ax in range(nd)]
+        first = " + ".join(f"(s{ax} + lo{ax} * {self.d[ax]}) * {self.st[ax]}" for ax in range(nd))
+        lines = [ln for a in range(last) for ln in self._range(a, f"r{a}")]
+        outer = " && ".join(f"lo{a} <= hi{a}" for a in range(last)) or "1"
+        lines += [f"for (int64_t ow = 0; ow < {self.out[last]}; ow++) {{",
+                  *("  " + ln for ln in self._range(last, "ow")),
+                  f"  {self.idx} b = -1;", f"  if ({outer} && lo{last} <= hi{last}) {{",
+                  f"    b = ({self.idx})({first});", f"    {ct} bv = {widen(t, 'x[b]')};"]
+        ind = "    "
+        for ax in range(nd):
+            lines.append(ind + f"for (int64_t k{ax} = lo{ax}; k{ax} <= hi{ax}; k{ax}++) {{")
+            ind += "  "
+        lines += [ind + f"const {self.idx} ii = ({self.idx})({' + '.join(pos)});",
+                  ind + f"const {ct} v = {widen(t, 'x[ii]')};{self.note_nan('v')}",
+                  ind + f"const _Bool take = {self.better('v', 'bv')};",
+                  ind + "bv = take ? v : bv; b = take ? ii : b;"]
+        for ax in range(nd):
+            ind = ind[:-2]
+            lines.append(ind + "}")
+        lines += ["  }", f"  {bi}[ow] = b;", "}"]
+        return lines
+
+    def rows(self, body: list[str]) -> list[str]:
+        """Loops over the outer output coordinates ``r0..`` around ``body`` (one row each)."""
+        lines, ind = [], ""
+        for a in range(self.nd - 1):
+            lines.append(ind + f"for (int64_t r{a} = 0; r{a} < {self.out[a]}; r{a}++) {{")
+            ind += "  "
+        orow = " + ".join(f"r{a} * {math.prod(self.out[a + 1:])}" for a in range(self.nd - 1))
+        lines.append(ind + f"const int64_t orow = {orow or '0'}; (void)orow;")
+        lines += [ind + ln for ln in body]
+        for a in range(self.nd - 1):
+            ind = ind[:-2]
+            lines.append(ind + "}")
+        return lines
+
+
+def _tile_writes(pool: _Pool, pro, dv: str) -> list[str]:
+    """Windows tile the plane: store each window's taps, 0 + dY at the argmax and 0 elsewhere.
+
+    ``0 + dY`` is the reference's single addition into a zero accumulator (-0 becomes +0). One
+    loop per row of taps (GCC vectorizes a single contiguous store group per loop).
+    """
+    t = pool.t
+    last = pool.nd - 1
+    origin = " + ".join([f"r{a} * {pool.s[a] * pool.st[a]}" for a in range(last)]
+                        + [f"ow * {pool.s[last]}"])
+    lines = []
+    for outer in itertools.product(*(range(w) for w in pool.w[:last])):
+        base = sum(k * pool.st[a] for a, k in enumerate(outer))
+        offs = [base + kl for kl in range(pool.w[last])]
+        lines += [f"for (int64_t ow = 0; ow < {pool.out[-1]}; ow++) {{",
+                  f"  const int64_t o = {origin};",
+                  f"  const {pool.idx} b = bi[ow] - ({pool.idx})o;",
+                  *("  " + ln for ln in pro.lines),
+                  f"  const {t.acc} v = ({t.acc})0 + ({t.acc}){widen(t, dv)};",
+                  *(f"  acc[o + {off}] = b == {off} ? v : ({t.acc})0;" for off in offs), "}"]
+    return lines
+
+
+def _parallel(k: Kernel, planes: str, work: str, allocs: list[tuple[str, str, str]],
+              body: list[str]) -> None:
+    """``#pragma omp parallel`` over planes with per-thread buffers (name, type, count)."""
+    k.emit("int fail = 0;", f"const int64_t P = {planes};",
+           f"#pragma omp parallel num_threads(nt) if(P * {work} > GC_PAR_MIN)", "{")
+    for name, ty, count in allocs:
+        k.emit(f"  {ty} *{name} = ({ty} *)gc_alloc((size_t){count} * sizeof({ty}));")
+    ok = " && ".join(f"{name} != NULL" for name, _, _ in allocs) or "1"
+    k.emit(f"  const int ok = {ok};", "  if (!ok) {", "    #pragma omp atomic write",
+           "    fail = 1;", "  }", "  #pragma omp for schedule(static)",
+           "  for (int64_t p = 0; p < P; p++) {", "    if (!ok) continue;",
+           *("    " + ln for ln in body), "  }")
+    for name, _, _ in allocs:
+        k.emit(f"  free({name});")
+    k.emit("}", "if (fail) return 1;")
+
+
+def emit_max_pooling(k: Kernel) -> None:
+    """Window maxima (bit copies of the winning elements) and optionally int64 indices."""
+    n = k.node
+    x = n.inputs[0]
+    y = n.outputs[0]
+    t = ctype(x.type.dtype)
+    pool = _Pool(k, x.type.shape, y.type.shape[2:], n.attrs, t)
+    low = literal(lowest(x.type.dtype.numpy).item(), x.type.dtype)
+    px, py = k.ptr[x], k.ptr[y]
+    pi = k.ptr[n.outputs[1]] if len(n.outputs) > 1 else None
+    write = [f"  const {pool.idx} b = bi[ow];",
+             f"  {py}[yb + ow] = b >= 0 ? x[b] : {low};"]
+    if pi is not None:
+        write.append(f"  {pi}[yb + ow] = b >= 0 ? p * {pool.plane} + b : 0;")
+    tail = [f"const int64_t yb = p * {pool.oplane} + orow;",
+            f"for (int64_t ow = 0; ow < {pool.out[-1]}; ow++) {{", *write, "}"]
+    body = [f"const {t.store} *x = {px} + p * {pool.plane};"]
+    body += pool.rows_by_nan(lambda: pool.row_pass("bi") + tail, [])
+    _parallel(k, k.dims.prod(x.type.shape[:2]), str(pool.plane),
+              [("bi", pool.idx, str(pool.out[-1]))], body)
+
+
+def emit_max_pooling_grad(k: Kernel) -> None:
+    """dX: per plane, dY added at each window's argmax in dY's row-major (canonical) order."""
+    an = anchored(k)
+    x, dy = an.operand(0), an.operand(1)
+    t = ctype(x.type.dtype)
+    pool = _Pool(k, x.type.shape, dy.type.shape[2:], an.anchor.attrs, t)
+    buffered = t.is_f16 or an.has_epilogue
+    dims = k.dims
+    dyflat = f"(p * {pool.oplane} + orow + ow)"
+    pro = ctx_gen(dims, dy.type.shape, dyflat, an.loads, prefix="a")
+    dv = pro.get(dy)
+    scatter = [f"for (int64_t ow = 0; ow < {pool.out[-1]}; ow++) {{",
+               f"  const {pool.idx} b = bi[ow];", "  if (b >= 0) {",
+               *("    " + ln for ln in pro.lines),
+               f"    acc[b] += ({t.acc}){widen(t, dv)};", "  }", "}"]
+    zero = f"for (int64_t q = 0; q < {pool.plane}; q++) acc[q] = 0;"
+    body = [f"const {t.store} *x = {an.loads[x]} + p * {pool.plane};",
+            f"{t.acc} *acc = {'abuf' if buffered else an.out_ptr + ' + p * ' + str(pool.plane)};"]
+    if pool.tiled():  # the plain pass writes every element: no zeroing, no read-modify-write
+        def rows() -> list[str]:
+            return pool.row_pass("bi") + (scatter if pool.nan else _tile_writes(pool, pro, dv))
+        body += pool.rows_by_nan(rows, [zero])
+    else:
+        body += [zero] + pool.rows_by_nan(lambda: pool.row_pass("bi") + scatter, [zero])
+    allocs = [("bi", pool.idx, str(pool.out[-1]))]
+    if buffered:
+        allocs.append(("abuf", t.acc, str(pool.plane)))
+        res = narrow(t, "acc[q]")
+        epi = ctx_gen(dims, an.result.type.shape, f"(p * {pool.plane} + q)", an.loads,
+                      {an.result: "r"}, prefix="e")
+        v = epi.get(an.out)
+        body += [f"for (int64_t q = 0; q < {pool.plane}; q++) {{",
+                 f"  const {t.store} r = {res};", *("  " + ln for ln in epi.lines),
+                 f"  {an.out_ptr}[p * {pool.plane} + q] = {v};", "}"]
+    _parallel(k, dims.prod(x.type.shape[:2]), str(pool.plane), allocs, body)

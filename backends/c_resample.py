@@ -1,0 +1,264 @@
+"""resample and resample_grad: per-axis taps computed at run time by ``gc_axis_taps``.
+
+``gc_axis_taps`` repeats the float32 operations of ``resample.axis_taps`` one by one (the
+program is compiled with -ffp-contract=off), so indices and weights are those of the reference.
+
+resample_grad has two paths, both in canonical order (dY row-major, then taps):
+
+- *plane path*: leading axes whose taps are the identity (scale 1, same size: checked on the
+  tables at run time) split the tensor into independent planes, run in parallel. Within a plane
+  the last axis is a gather (for each output column, its contributing dY columns in increasing
+  order, weight-0 taps left out) and the other axes scatter whole rows, so every accumulator
+  receives its terms in canonical order with vectorizable inner loops. Leaving out weight-0
+  terms (and an identity axis's weight-0 tap into the next plane) changes no bit while dY is
+  finite: a sum that starts at +0 never becomes -0. The plane path checks this as it reads dY.
+- *general path*: a serial scatter of every tap, weight-0 taps included (0 * inf = NaN reaches
+  the neighbour as in the reference). Used when dY holds inf/NaN or no plane split applies.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+
+from gradc.backends.c_kernel import Kernel, anchored, ctx_gen, omp_for
+from gradc.backends.c_resample_plane import static_plane_path
+from gradc.backends.c_scalar import narrow, widen
+from gradc.backends.c_types import CType, Dims, ctype, float_literal, strides
+
+
+def _tables(k: Kernel, coords: tuple, sizes: tuple) -> None:
+    """Allocate and fill ``ti``/``tw``: per axis d and tap t, ``I(d, t)``/``W(d, t)`` arrays."""
+    dims, a = k.dims, k.node.attrs if k.node.body is None else anchored(k).anchor.attrs
+    linear = int(a["interpolation_mode"] == "linear")
+    inc = int(a["rounding_direction"] == "increasing")
+    total = " + ".join(dims.expr(c) for c in coords)
+    k.emit(f"const int64_t ntap = {total};",
+           "int64_t *ti = (int64_t *)malloc((size_t)(2 * ntap) * sizeof(int64_t));",
+           "float *tw = (float *)malloc((size_t)(2 * ntap) * sizeof(float));",
+           "if (!ti || !tw) { free(ti); free(tw); return 1; }")
+    off = "0"
+    for d, (c, n) in enumerate(zip(coords, sizes)):
+        nc = dims.expr(c)
+        k.emit(f"int64_t *I{d}_0 = ti + 2 * ({off}), *I{d}_1 = I{d}_0 + {nc};",
+               f"float *W{d}_0 = tw + 2 * ({off}), *W{d}_1 = W{d}_0 + {nc};",
+               f"gc_axis_taps({nc}, {dims.expr(n)}, {float_literal(a['scales'][d], 'float')}, "
+               f"{float_literal(a['input_pixel_offsets'][d], 'float')}, "
+               f"{float_literal(a['output_pixel_offsets'][d], 'float')}, {linear}, {inc}, "
+               f"I{d}_0, I{d}_1, W{d}_0, W{d}_1);")
+        off = f"{off} + {nc}"
+
+
+def _ntaps(k: Kernel) -> int:
+    a = k.node.attrs if k.node.body is None else anchored(k).anchor.attrs
+    return 2 if a["interpolation_mode"] == "linear" else 1
+
+
+def _store(t: CType, acc: str) -> str:
+    """Round an accumulator once to the dtype (int8/uint8: half away from zero, saturate)."""
+    if t.is_float:
+        return narrow(t, acc)
+    lo, hi = (-128, 127) if t.signed else (0, 255)
+    r = f"roundf({acc})"
+    return f"(({t.store})({r} < {lo} ? {lo} : ({r} > {hi} ? {hi} : {r})))"
+
+
+# -- resample --------------------------------------------------------------------------------
+
+def emit_resample(k: Kernel) -> None:
+    """Each output element: its taps' input values (nearest: a bit copy; linear: a sum)."""
+    n = k.node
+    x, y = n.inputs[0], n.outputs[0]
+    dims = k.dims
+    t = ctype(x.type.dtype)
+    r = len(x.type.shape)
+    _tables(k, y.type.shape, x.type.shape)
+    xst = strides(dims, x.type.shape)
+    yst = strides(dims, y.type.shape)
+    px, py = k.ptr[x], k.ptr[y]
+    body = []
+    if _ntaps(k) == 1:
+        k.as_bits(x, y)
+        idx = " + ".join(f"I{d}_0[o{d}] * {xst[d]}" for d in range(r))
+        body.append(f"{py}[{' + '.join(f'o{d} * {yst[d]}' for d in range(r))}] = {px}[{idx}];")
+    else:
+        acc = t.acc
+        for c, corner in enumerate(itertools.product(range(2), repeat=r)):
+            w = f"W0_{corner[0]}[o0]"
+            for d in range(1, r):
+                w = f"{w} * W{d}_{corner[d]}[o{d}]"
+            idx = " + ".join(f"I{d}_{corner[d]}[o{d}] * {xst[d]}" for d in range(r))
+            term = f"({acc})({w}) * ({acc}){widen(t, f'{px}[{idx}]')}"
+            body.append(f"{acc} s = {term};" if c == 0 else f"s = s + {term};")
+        out = " + ".join(f"o{d} * {yst[d]}" for d in range(r))
+        body.append(f"{py}[{out}] = {_store(t, 's')};")
+    k.emit(omp_for(dims.prod(y.type.shape), max(1, r - 1)))
+    for d in range(r):
+        k.emit("  " * d + f"for (int64_t o{d} = 0; o{d} < {dims.expr(y.type.shape[d])}; o{d}++)"
+               + (" {" if d == r - 1 else ""))
+    k.emit(*("  " * r + ln for ln in body), "  " * (r - 1) + "}", "free(ti); free(tw);")
+
+
+# -- resample_grad ---------------------------------------------------------------------------
+
+def emit_resample_grad(k: Kernel) -> None:
+    """dX: every dY element times its tap weights, added at the taps in canonical order."""
+    an = anchored(k)
+    dy, res = an.operand(0), an.result
+    a = an.anchor.attrs
+    dims = k.dims
+    ys, os_ = dy.type.shape, res.type.shape
+    r = len(ys)
+    lead = 0
+    while lead < r - 1 and a["scales"][lead] == 1.0 and dims.same(ys[lead], os_[lead]):
+        lead += 1
+    _tables(k, ys, os_)
+    k.emit("int fast = 1, nonfinite = 0;")
+    for d in range(lead):
+        k.emit(f"for (int64_t o = 0; o < {dims.expr(ys[d])}; o++) "
+               f"fast = fast && I{d}_0[o] == o && W{d}_0[o] == 1.0f;")
+    static = all(dims.static(d) is not None for d in ys[lead:] + os_[lead:])
+    if static:
+        k.emit("int fail = 0;", "int64_t *gx = NULL; float *gw = NULL;", "if (fast) {")
+        static_plane_path(k, an, lead)
+    else:
+        _gather(k, r - 1, dims.expr(ys[-1]), dims.expr(os_[-1]))
+        k.emit("if (fast) {")
+        _plane_path(k, an, lead)
+    k.emit("}", "if (!fast || nonfinite) {")
+    _general_path(k, an)
+    k.emit("}", "free(ti); free(tw); free(gx); free(gw);", "if (fail) return 1;")
+
+
+def _gather(k: Kernel, d: int, ny: str, no: str) -> None:
+    """For each output column j: its (dY column, weight) pairs, weight != 0, padded to K."""
+    taps = _ntaps(k)
+    k.emit("int fail = 0;", "int64_t K = 1;", "int64_t *gx = NULL; float *gw = NULL;",
+           f"int64_t *cnt = (int64_t *)calloc((size_t){no}, sizeof(int64_t));",
+           "if (!cnt) fail = 1;", "if (!fail) {",
+           f"  for (int64_t x = 0; x < {ny}; x++) {{")
+    for t in range(taps):
+        k.emit(f"    if (W{d}_{t}[x] != 0.0f) cnt[I{d}_{t}[x]]++;")
+    k.emit("  }",
+           f"  for (int64_t j = 0; j < {no}; j++) K = cnt[j] > K ? cnt[j] : K;",
+           f"  gx = (int64_t *)calloc((size_t)(K * {no}), sizeof(int64_t));",
+           f"  gw = (float *)calloc((size_t)(K * {no}), sizeof(float));",
+           "  if (!gx || !gw) fail = 1;", "}", "if (!fail) {",
+           f"  memset(cnt, 0, (size_t){no} * sizeof(int64_t));",
+           f"  for (int64_t x = 0; x < {ny}; x++) {{")
+    for t in range(taps):
+        k.emit(f"    if (W{d}_{t}[x] != 0.0f) {{",
+               f"      const int64_t j = I{d}_{t}[x], at = cnt[j]++ * {no} + j;",
+               f"      gx[at] = x; gw[at] = W{d}_{t}[x];", "    }")
+    k.emit("  }", "}", "free(cnt);", "if (fail) fast = 0;")
+
+
+def _plane_path(k: Kernel, an, lead: int) -> None:
+    dims = k.dims
+    dy, res = an.operand(0), an.result
+    t = ctype(dy.type.dtype)
+    acc = t.acc
+    ys, os_ = dy.type.shape, res.type.shape
+    P, dypl, opl = dims.prod(ys[:lead]), dims.prod(ys[lead:]), dims.prod(os_[lead:])
+    ow = dims.expr(os_[-1])
+    pro = ctx_gen(dims, ys, f"(p * {dypl} + q)", an.loads, prefix="a")
+    dv = pro.get(dy)
+    fin = "gc_finite_d" if acc == "double" else "gc_finite_f"
+    body = [f"{acc} *dyp = ({acc} *)gc_alloc((size_t){dypl} * sizeof({acc}));",
+            f"{acc} *acc = ({acc} *)gc_alloc((size_t){opl} * sizeof({acc}));",
+            "const int ok = dyp != NULL && acc != NULL;",
+            "if (!ok) {", "  #pragma omp atomic write", "  fail = 1;", "}",
+            "#pragma omp for schedule(static)", f"for (int64_t p = 0; p < {P}; p++) {{",
+            "  int seen;", "  #pragma omp atomic read", "  seen = nonfinite;",
+            "  if (!ok || seen) continue;", "  int nf = 0;",
+            f"  for (int64_t q = 0; q < {dypl}; q++) {{",
+            *("    " + ln for ln in pro.lines),
+            f"    const {acc} v = ({acc}){widen(t, dv)};", f"    dyp[q] = v; nf |= !{fin}(v);",
+            "  }", "  if (nf) {", "    #pragma omp atomic write", "    nonfinite = 1;",
+            "    continue;", "  }", f"  for (int64_t q = 0; q < {opl}; q++) acc[q] = 0;"]
+    body += ["  " + ln for ln in _plane_rows(dims, ys, os_, lead, _ntaps(k), ow, acc)]
+    body += ["  " + ln for ln in _write(k, an, f"p * {opl}", opl)]
+    body += ["}", "free(dyp); free(acc);"]
+    k.emit(f"#pragma omp parallel num_threads(nt) if({dims.prod(ys)} > GC_PAR_MIN)", "{",
+           *("  " + ln for ln in body), "}")
+
+
+def _plane_rows(dims: Dims, ys: tuple, os_: tuple, lead: int, taps: int, ow: str,
+                acc: str) -> list[str]:
+    """Scatter whole rows over the plane axes but the last; gather along the last."""
+    r = len(ys)
+    inner = list(range(lead, r - 1))
+    lines, ind = [], ""
+    for d in inner:
+        lines.append(ind + f"for (int64_t y{d} = 0; y{d} < {dims.expr(ys[d])}; y{d}++) {{")
+        ind += "  "
+    yst = strides(dims, ys[lead:])
+    ost = strides(dims, os_[lead:])
+    drow = " + ".join(f"y{d} * {yst[d - lead]}" for d in inner) or "0"
+    lines.append(ind + f"const {acc} *drow = dyp + {drow};")
+    for d in inner:
+        lines.append(ind + f"for (int t{d} = 0; t{d} < {taps}; t{d}++) {{")
+        ind += "  "
+    w = "1.0f"
+    for d in inner:
+        wd = f"(t{d} ? W{d}_1[y{d}] : W{d}_0[y{d}])"
+        w = wd if w == "1.0f" else f"{w} * {wd}"
+    arow = " + ".join(f"(t{d} ? I{d}_1[y{d}] : I{d}_0[y{d}]) * {ost[d - lead]}" for d in inner)
+    lines += [ind + f"const float wp = {w};", ind + "if (wp == 0.0f) continue;",
+              ind + f"{acc} *arow = acc + {arow or '0'};",
+              ind + "for (int64_t kk = 0; kk < K; kk++) {",
+              ind + f"  const int64_t *gxk = gx + kk * {ow}; const float *gwk = gw + kk * {ow};",
+              ind + f"  for (int64_t j = 0; j < {ow}; j++) "
+                    f"arow[j] += ({acc})(wp * gwk[j]) * drow[gxk[j]];",
+              ind + "}"]
+    for _ in inner * 2:
+        ind = ind[:-2]
+        lines.append(ind + "}")
+    return lines
+
+
+def _write(k: Kernel, an, base: str, count: str) -> list[str]:
+    """Round ``acc[q]`` once and store it through the epilogue at output ``base + q``."""
+    t = ctype(an.result.type.dtype)
+    epi = ctx_gen(k.dims, an.result.type.shape, f"({base} + q)", an.loads, {an.result: "rv"},
+                  prefix="e")
+    v = epi.get(an.out)
+    return [f"for (int64_t q = 0; q < {count}; q++) {{",
+            f"  const {t.store} rv = {narrow(t, 'acc[q]')};", *("  " + ln for ln in epi.lines),
+            f"  {an.out_ptr}[{base} + q] = {v};", "}"]
+
+
+def _general_path(k: Kernel, an) -> None:
+    dims = k.dims
+    dy, res = an.operand(0), an.result
+    t = ctype(dy.type.dtype)
+    acc = t.acc
+    ys, os_ = dy.type.shape, res.type.shape
+    r = len(ys)
+    yst, ost = strides(dims, ys), strides(dims, os_)
+    total = dims.prod(os_)
+    pro = ctx_gen(dims, ys, " + ".join(f"y{d} * {yst[d]}" for d in range(r)), an.loads,
+                  prefix="g")
+    dv = pro.get(dy)
+    k.emit(f"  {acc} *acc = ({acc} *)calloc((size_t){total}, sizeof({acc}));",
+           "  if (!acc) { fail = 1; } else {")
+    ind = "    "
+    for d in range(r):
+        k.emit(ind + f"for (int64_t y{d} = 0; y{d} < {dims.expr(ys[d])}; y{d}++)" +
+               (" {" if d == r - 1 else ""))
+        ind += "  "
+    k.emit(*(ind + ln for ln in pro.lines), ind + f"const {acc} v = ({acc}){widen(t, dv)};")
+    for d in range(r):
+        k.emit(ind + f"for (int t{d} = 0; t{d} < {_ntaps(k)}; t{d}++) {{")
+        ind += "  "
+    w = "(t0 ? W0_1[y0] : W0_0[y0])"
+    for d in range(1, r):
+        w = f"{w} * (t{d} ? W{d}_1[y{d}] : W{d}_0[y{d}])"
+    at = " + ".join(f"(t{d} ? I{d}_1[y{d}] : I{d}_0[y{d}]) * {ost[d]}" for d in range(r))
+    k.emit(ind + f"const float w = {w};", ind + f"acc[{at}] += ({acc})w * v;")
+    for d in range(r):
+        ind = ind[:-2]
+        k.emit(ind + "}")
+    ind = ind[:-2]
+    k.emit(ind + "}")
+    k.emit(*("    " + ln for ln in _write(k, an, "0", total)), "    free(acc);", "  }")

@@ -1,0 +1,242 @@
+"""The plane path of resample_grad for static plane sizes: taps baked into the source.
+
+The taps come from ``gradc.ir.ops.resample.axis_taps`` itself (the reference), emitted as static
+tables. For each dY row of a plane the contributions along the last axis are gathered once into
+``G[kk][j]`` (the kk-th contributing dY column of output column j, in increasing order; padded
+with weight-0 entries to K per column and to a multiple of 16 columns) -- a strided copy where
+the column indices are affine in j, a table lookup elsewhere. Then every tap of the row axes
+adds ``f32(w_rows * GW[kk][j]) * G[kk][j]`` to its output row for kk = 0..K-1: contiguous,
+vectorizable loops that add each output element's terms in canonical order (see
+``c_resample``). Weight-0 terms add +-0 to a sum that is never -0, which changes no bit while
+dY is finite (checked on the sums, see ``_write_plane``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gradc.ir.ops.resample import axis_taps
+
+from gradc.backends.c_kernel import Anchored, Kernel, ctx_gen
+from gradc.backends.c_scalar import narrow, widen
+from gradc.backends.c_types import ctype, float_literal
+
+LANES = 16
+
+
+def _taps(attrs, d: int, ncoord: int, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    return axis_taps(ncoord, n, attrs["scales"][d], attrs["input_pixel_offsets"][d],
+                     attrs["output_pixel_offsets"][d], attrs["interpolation_mode"],
+                     attrs["rounding_direction"])
+
+
+def _gather_tables(taps, ny: int, no: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """(GX, GW, K): per output column, its (dY column, weight != 0) pairs in canonical order."""
+    lists: list[list[tuple[int, float]]] = [[] for _ in range(no)]
+    for x in range(ny):
+        for idx, w in taps:
+            if w[x] != 0:
+                lists[int(idx[x])].append((x, w[x]))
+    k = max(1, max(len(c) for c in lists))
+    owp = -(-no // LANES) * LANES
+    gx = np.zeros((k, owp), np.int64)
+    gw = np.zeros((k, owp), np.float32)
+    for j, c in enumerate(lists):
+        for kk, (x, w) in enumerate(c):
+            gx[kk, j], gw[kk, j] = x, w
+    return gx, gw, k
+
+
+def _affine_run(gx: np.ndarray, full: np.ndarray) -> tuple[int, int, int, list[int]] | None:
+    """The longest run (>= 8) of full columns where every ``gx[kk][j] == a * j + b[kk]``."""
+    n = gx.shape[1]
+    cols = np.arange(n)
+    candidates = {(int(gx[0, j + 1] - gx[0, j]), tuple(int(v) for v in gx[:, j] - (
+        gx[0, j + 1] - gx[0, j]) * j)) for j in range(n - 1) if full[j] and full[j + 1]}
+    best = None
+    for a, b in sorted(candidates):
+        hit = full & np.all(gx == a * cols[None, :] + np.array(b)[:, None], axis=0)
+        run = _longest(hit)
+        if run and run[1] - run[0] + 1 >= 8 and (best is None or
+                                                  run[1] - run[0] > best[1] - best[0]):
+            best = (run[0], run[1], a, list(b))
+    return best
+
+
+def _longest(mask: np.ndarray) -> tuple[int, int] | None:
+    best, start = None, None
+    for j, m in enumerate(list(mask) + [False]):
+        if m and start is None:
+            start = j
+        elif not m and start is not None:
+            if best is None or j - 1 - start > best[1] - best[0]:
+                best = (start, j - 1)
+            start = None
+    return best
+
+
+def _c_array(name: str, ty: str, values: np.ndarray) -> str:
+    if ty == "int32_t" and values.size and int(np.abs(values).max()) >= 2 ** 31:
+        ty = "int64_t"
+    if ty == "float":
+        items = ", ".join(float_literal(float(v), "float") for v in values.reshape(-1))
+    else:
+        items = ", ".join(str(int(v)) for v in values.reshape(-1))
+    return f"static const {ty} {name}[{values.size}] = {{{items}}};"
+
+
+def static_plane_path(k: Kernel, an: Anchored, lead: int) -> None:
+    """Emit the plane path with baked taps (every dim of the plane axes is static)."""
+    dims = k.dims
+    dy, res = an.operand(0), an.result
+    ys = [dims.static(d) for d in dy.type.shape]
+    os_ = [dims.static(d) for d in res.type.shape]
+    r = len(ys)
+    a = an.anchor.attrs
+    t = ctype(dy.type.dtype)
+    acc = t.acc
+    rows = list(range(lead, r - 1))
+    row_taps = {d: _taps(a, d, ys[d], os_[d]) for d in rows}
+    gx, gw, kcount = _gather_tables(_taps(a, r - 1, ys[-1], os_[-1]), ys[-1], os_[-1])
+    owp = gx.shape[1]
+    full = np.zeros(owp, bool)
+    for j in range(os_[-1]):
+        full[j] = bool(np.all(gw[:, j] != 0))
+    run = _affine_run(gx, full)
+    for d in rows:
+        idx = np.stack([ti for ti, _ in row_taps[d]])
+        wts = np.stack([tw for _, tw in row_taps[d]])
+        k.emit(_c_array(f"RI{d}", "int32_t", idx), _c_array(f"RW{d}", "float", wts))
+    k.emit(_c_array("GX", "int32_t", gx), _c_array("GW", "float", gw))
+    ntap = len(next(iter(row_taps.values()))) if rows else 1
+    dypl = math.prod(ys[lead:])
+    orows = math.prod(os_[lead:-1])
+    opl = math.prod(os_[lead:])
+    direct = an.operand(0) in an.loads and not t.is_f16
+    plane = [f"{acc} *accb = ({acc} *)gc_alloc((size_t){orows * owp} * sizeof({acc}));",
+             f"{acc} *G = ({acc} *)gc_alloc((size_t){kcount * owp} * sizeof({acc}));"]
+    if not direct:
+        plane.append(f"{acc} *dyp = ({acc} *)gc_alloc((size_t){dypl} * sizeof({acc}));")
+    names = ["accb", "G"] + ([] if direct else ["dyp"])
+    ones = bool(np.all(gw[gw != 0] == 1)) and all(
+        np.all((w == 0) | (w == 1)) for d in rows for _, w in row_taps[d])
+    body = _plane_body(k, an, lead, ys, os_, rows, ntap, gw, gx, run, direct, dypl, opl, ones)
+    k.emit(f"#pragma omp parallel num_threads(nt) if({dims.prod(dy.type.shape)} > GC_PAR_MIN)",
+           "{", *("  " + ln for ln in plane),
+           f"  const int ok = {' && '.join(n + ' != NULL' for n in names)};",
+           "  if (!ok) {", "    #pragma omp atomic write", "    fail = 1;", "  }",
+           f"  if (ok) for (int64_t q = 0; q < {kcount * owp}; q++) G[q] = 0;",
+           "  #pragma omp for schedule(static)",
+           f"  for (int64_t p = 0; p < {dims.prod(dy.type.shape[:lead])}; p++) {{",
+           *("    " + ln for ln in body), "  }",
+           *(f"  free({n});" for n in names), "}")
+
+
+def _plane_body(k: Kernel, an: Anchored, lead: int, ys, os_, rows, ntap, gw, gx, run,
+                direct: bool, dypl: int, opl: int, ones: bool) -> list[str]:
+    dims = k.dims
+    kcount, owp = gx.shape
+    dy = an.operand(0)
+    t = ctype(dy.type.dtype)
+    acc = t.acc
+    lines = ["int seen;", "#pragma omp atomic read", "seen = nonfinite;",
+             "if (!ok || seen) continue;", "int nf = 0;"]
+    if direct:
+        lines.append(f"const {t.store} *dyp = {an.loads[dy]} + p * {dypl};")
+    else:
+        pro = ctx_gen(dims, dy.type.shape, f"(p * {dypl} + q)", an.loads, prefix="a")
+        v = pro.get(dy)
+        lines += [f"for (int64_t q = 0; q < {dypl}; q++) {{", *("  " + ln for ln in pro.lines),
+                  f"  dyp[q] = ({acc}){widen(t, v)};", "}"]
+    orows = math.prod(os_[lead:-1])
+    lines.append(f"for (int64_t q = 0; q < {orows * owp}; q++) accb[q] = 0;")
+    ind = ""
+    for d in rows:
+        lines.append(ind + f"for (int64_t y{d} = 0; y{d} < {ys[d]}; y{d}++) {{")
+        ind += "  "
+    yst = {d: math.prod(ys[d + 1:]) for d in rows}
+    drow = " + ".join(f"y{d} * {yst[d]}" for d in rows) or "0"
+    lines.append(ind + f"const {acc if not direct else t.store} *drow = dyp + {drow};")
+    lines += [ind + ln for ln in _gather_code(gx, gw, run)]
+    for d in rows:
+        lines.append(ind + f"for (int t{d} = 0; t{d} < {ntap}; t{d}++) {{")
+        ind += "  "
+    w = " * ".join(f"RW{d}[t{d} * {ys[d]} + y{d}]" for d in rows) or "1.0f"
+    ost = {d: math.prod(os_[d + 1:-1]) for d in rows}
+    arow = " + ".join(f"(int64_t)RI{d}[t{d} * {ys[d]} + y{d}] * {ost[d]}" for d in rows) or "0"
+    lines += [ind + f"const float wp = {w};"]
+    if rows:
+        lines.append(ind + "if (wp == 0.0f) continue;")
+    lines += [ind + f"{acc} *restrict arow = accb + ({arow}) * {owp};"]
+    lines += [ind + ln for ln in _accumulate(gx, run, ones, acc)]
+    for _ in rows * 2:
+        ind = ind[:-2]
+        lines.append(ind + "}")
+    lines += _write_plane(k, an, opl, os_[-1], owp)
+    lines += ["if (nf) {", "  #pragma omp atomic write", "  nonfinite = 1;", "}"]
+    return lines
+
+
+def _gather_code(gx: np.ndarray, gw: np.ndarray, run) -> list[str]:
+    """G[kk][j] = drow[GX[kk][j]] for the columns outside the affine run, weight != 0 only.
+
+    The other entries of G stay 0 (set once per thread), so they add nothing.
+    """
+    kcount, owp = gx.shape
+    rest = [(kk, j) for kk in range(kcount) for j in range(owp)
+            if gw[kk, j] != 0 and not (run and run[0] <= j <= run[1])]
+    if len(rest) <= 64:
+        return [f"G[{kk * owp + j}] = drow[{gx[kk, j]}];" for kk, j in rest]
+    pos = np.array([kk * owp + j for kk, j in rest])
+    src = np.array([gx[kk, j] for kk, j in rest])
+    return [_c_array("GP", "int32_t", pos), _c_array("GS", "int32_t", src),
+            f"for (int64_t e = 0; e < {len(rest)}; e++) G[GP[e]] = drow[GS[e]];"]
+
+
+def _accumulate(gx: np.ndarray, run, ones: bool, acc: str) -> list[str]:
+    """``arow[j] += w * dY`` for every contribution kk of column j, in kk (canonical) order.
+
+    On the affine run the dY values are read straight from ``drow`` (strided loads), elsewhere
+    from ``G``. With all weights 1 (nearest) the products are the values themselves.
+    """
+    kcount, owp = gx.shape
+
+    def loop(lo: int, hi: int, value) -> list[str]:
+        terms = [value(kk) if ones else f"({acc})(wp * GW[{kk * owp} + j]) * {value(kk)}"
+                 for kk in range(kcount)]
+        return [f"for (int64_t j = {lo}; j <= {hi}; j++) {{", f"  {acc} s = arow[j];",
+                *(f"  s = s + {term};" for term in terms), "  arow[j] = s;", "}"]
+
+    def from_g(kk: int) -> str:
+        return f"G[{kk * owp} + j]"
+
+    if run is None:
+        return loop(0, owp - 1, from_g)
+    ja, jb, a, bs = run
+    lines = loop(ja, jb, lambda kk: f"drow[{a} * j + {bs[kk]}]")
+    for lo, hi in ((0, ja - 1), (jb + 1, owp - 1)):
+        if lo <= hi:
+            lines += loop(lo, hi, from_g)
+    return lines
+
+
+def _write_plane(k: Kernel, an: Anchored, opl: int, ow: int, owp: int) -> list[str]:
+    """Round and store the plane (through the epilogue); ``nf`` notes a non-finite sum.
+
+    Every dY element adds a nonzero multiple of itself to some sum, so an inf or NaN in dY
+    always shows as a non-finite sum (a finite overflow also does: the general path then
+    recomputes, which is merely slower).
+    """
+    t = ctype(an.result.type.dtype)
+    fin = "gc_finite_d" if t.acc == "double" else "gc_finite_f"
+    base = f"p * {opl}"
+    epi = ctx_gen(k.dims, an.result.type.shape, f"({base} + q)", an.loads, {an.result: "rv"},
+                  prefix="e")
+    v = epi.get(an.out)
+    sv = f"accb[i * {owp} + q - i * {ow}]"
+    return [f"for (int64_t i = 0; i < {opl // ow}; i++)",
+            f"  for (int64_t q = i * {ow}; q < (i + 1) * {ow}; q++) {{",
+            f"    nf |= !{fin}({sv});", f"    const {t.store} rv = {narrow(t, sv)};",
+            *("    " + ln for ln in epi.lines), f"    {an.out_ptr}[{base} + q] = {v};", "  }"]

@@ -1,0 +1,54 @@
+"""Loading a compiled graph through ctypes and calling it on checked arrays."""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from gradc.errors import GradcError, InputError
+from gradc.ir.core import Value
+
+
+class CRunner:
+    """Calls ``gradc_entry`` of a loaded library; arrays are already checked by the Executable.
+
+    Outputs are allocated here with the bound shapes, so C writes only to fresh, contiguous
+    arrays of exactly the size it computes from the same symbol values.
+    """
+
+    def __init__(self, lib_path: Path, symbols: list[str], inputs: list[Value],
+                 outputs: list[Value], threads: int | None) -> None:
+        try:
+            self.lib = ctypes.CDLL(str(lib_path))
+        except OSError as e:
+            raise GradcError(f"c target: cc: expected a compiler whose shared libraries load "
+                             f"into this process, got a library that does not load ({e})") from None
+        self.fn = self.lib.gradc_entry
+        self.fn.restype = ctypes.c_int
+        self.fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+        self.symbols = symbols
+        self.inputs = inputs
+        self.outputs = outputs
+        self.threads = threads or 0
+
+    def _shape(self, v: Value, bindings: Mapping[str, int]) -> tuple[int, ...]:
+        return tuple(bindings[d] if isinstance(d, str) else d for d in v.type.shape)
+
+    def __call__(self, arrays: Mapping[str, np.ndarray],
+                 bindings: Mapping[str, int]) -> dict[str, np.ndarray]:
+        missing = [s for s in self.symbols if s not in bindings]
+        if missing:
+            raise InputError(f"symbol {missing[0]!r}: expected a value (from an input's shape "
+                             f"or compile(shapes=...)), got none")
+        sym = np.array([bindings[s] for s in self.symbols] or [0], dtype=np.int64)
+        ins = [arrays[v.name] for v in self.inputs]
+        outs = [np.empty(self._shape(v, bindings), v.type.dtype.numpy) for v in self.outputs]
+        ptrs = (ctypes.c_void_p * max(1, len(ins) + len(outs)))(
+            *[a.ctypes.data for a in ins + outs])
+        rc = self.fn(sym.ctypes.data, ptrs, self.threads)
+        if rc != 0:
+            raise GradcError("c target: out of memory while running the compiled graph")
+        return {v.name: a for v, a in zip(self.outputs, outs)}

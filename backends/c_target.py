@@ -1,0 +1,69 @@
+"""The ``"c"`` target: generated C (C11, standard library, optional OpenMP) loaded with ctypes.
+
+``build(graph, shapes, report=None, cc=None, threads=None, cache_dir=None, openmp=True)``:
+
+- ``cc``: the compiler command (default ``$CC``, else ``cc``; read here, at the API boundary).
+- ``threads``: OpenMP threads per call (default: OpenMP's default, all cores).
+- ``cache_dir``: where libraries are cached (default ``$XDG_CACHE_HOME/gradc`` or
+  ``~/.cache/gradc``).
+- ``openmp``: set False to compile without OpenMP even where the compiler supports it.
+- ``instruments`` (a pass-pipeline option that ``compile`` forwards) is accepted and ignored.
+
+Layout of the program (``c_emit``): one static function per node or fused group, one entry
+function. Fused groups never get intermediate buffers: an elementwise group is one loop; an
+anchored group evaluates its prologue per gradient element, and its epilogue when it writes the
+result -- max_pooling_grad and resample_grad accumulate each (n, c) plane in a small per-thread
+buffer (cache resident) and apply the epilogue while writing the plane out; slice_grad writes
+every element once. Index arithmetic is int64 (in-plane pooling indices are int32 when a plane
+has fewer than 2^31 elements).
+
+Numerics (SPEC.md §1.6): float16 is widened exactly, computed in float32 and rounded once on
+store; copies and selections move bit patterns; summing ops (max_pooling_grad, resample,
+resample_grad, reduce_sum) keep the canonical order and the reference's accumulation types, so
+every op is bit-identical to the reference target (NaN payloads of arithmetic results aside).
+``cast`` from floating point to integer, undefined in C for NaN and out-of-range values, is
+defined as NumPy behaves on x86-64 (see ``c_prelude``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+from gradc.errors import GradcError
+from gradc.executable import Executable
+from gradc.ir.core import Graph
+
+from gradc.backends.c_build import compile_library
+from gradc.backends.c_emit import generate
+from gradc.backends.c_runtime import CRunner
+
+
+PIPELINE_OPTIONS = frozenset({"instruments"})  # for the pass pipeline, not the backend
+
+
+def default_cache_dir() -> str:
+    """``$XDG_CACHE_HOME/gradc`` or ``~/.cache/gradc``."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "gradc")
+
+
+def build(graph: Graph, shapes: Mapping[str, int] | None = None, report: list | None = None,
+          cc: str | None = None, threads: int | None = None, cache_dir: str | None = None,
+          openmp: bool = True, **options: Any) -> Executable:
+    """Generate, compile (or reuse) and load the C program of a verified graph."""
+    unknown = sorted(set(options) - PIPELINE_OPTIONS)
+    if unknown:
+        name = unknown[0]
+        raise GradcError(f"c target: {name}: expected one of cc, threads, cache_dir, openmp, "
+                         f"got an unknown option {name}={options[name]!r}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                or threads < 1):
+        raise GradcError(f"c target: threads: expected an int >= 1 or None, got {threads!r}")
+    cc = cc if cc is not None else os.environ.get("CC", "cc")
+    cache_dir = cache_dir if cache_dir is not None else default_cache_dir()
+    program = generate(graph, shapes)
+    lib = compile_library(program.source, cc, cache_dir, openmp=openmp)
+    runner = CRunner(lib, program.symbols, program.inputs, program.outputs, threads)
+    return Executable(graph, "c", runner, shapes, source=program.source, contiguous=True,
+                      report=report)
