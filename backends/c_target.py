@@ -39,7 +39,6 @@ from gradc.backends.c_emit import generate
 from gradc.backends.c_runtime import CRunner
 
 
-PIPELINE_OPTIONS = frozenset({"instruments"})  # for the pass pipeline, not the backend
 
 
 def default_cache_dir() -> str:
@@ -52,7 +51,7 @@ def build(graph: Graph, shapes: Mapping[str, int] | None = None, report: list | 
           cc: str | None = None, threads: int | None = None, cache_dir: str | None = None,
           openmp: bool = True, **options: Any) -> Executable:
     """Generate, compile (or reuse) and load the C program of a verified graph."""
-    unknown = sorted(set(options) - PIPELINE_OPTIONS)
+    unknown = sorted(options)
     if unknown:
         name = unknown[0]
         raise GradcError(f"c target: {name}: expected one of cc, threads, cache_dir, openmp, "

@@ -29,7 +29,6 @@ from gradc.backends.numpy_function import emit_function
 from gradc.backends.numpy_helpers import helpers_source
 from gradc.backends.numpy_text import Namer, array_literal, literal, string
 
-PIPELINE_OPTIONS = frozenset({"instruments"})  # for the pass pipeline, not the backend
 
 
 # -- module-level parts ---------------------------------------------------------------------
@@ -139,7 +138,6 @@ class NumpyRunner:
 def build(graph: Graph, shapes: Mapping[str, int] | None, report: list | None = None,
           **options: Any) -> Executable:
     """Generate the NumPy module for ``graph``; an Executable that runs it."""
-    options = {k: v for k, v in options.items() if k not in PIPELINE_OPTIONS}
     if options:
         k = sorted(options)[0]
         raise VerifyError(f"compile: {k}: expected no such option for target 'numpy', "

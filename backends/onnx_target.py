@@ -117,7 +117,24 @@ def to_onnx(graph: Graph) -> onnx.ModelProto:
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)],
                               ir_version=IR_VERSION, producer_name="gradc",
                               producer_version=_version())
+    helper.set_model_props(model, {IR_KEY: str(graph), IR_HASH_KEY: graph_digest(model.graph)})
     return model
+
+
+IR_KEY = "gradc.ir"
+IR_HASH_KEY = "gradc.ir.graph_sha256"
+
+
+def graph_digest(g: onnx.GraphProto) -> str:
+    """SHA-256 of a serialized ONNX graph: ties the embedded text IR to the graph it came from.
+
+    ``from_onnx`` reads a gradc export back through the embedded IR (exactly the graph that was
+    exported, fused groups included) only while this digest still matches; an edited model is
+    imported node by node like any other.
+    """
+    import hashlib
+
+    return hashlib.sha256(g.SerializeToString(deterministic=True)).hexdigest()
 
 
 def _used_names(nodes: Any) -> set[str]:
@@ -231,7 +248,6 @@ def session(model: onnx.ModelProto, threads: int | None = None,
         raise GradcError(f"internal error: onnxruntime rejected the exported model: {exc}") from exc
 
 
-PIPELINE_OPTIONS = frozenset({"instruments"})  # meant for the pass pipeline, not the backend
 
 
 def build(graph: Graph, shapes: Mapping[str, int] | None, report: list | None = None,
@@ -241,7 +257,7 @@ def build(graph: Graph, shapes: Mapping[str, int] | None, report: list | None = 
     ``threads``: onnxruntime's intra-op thread count (default: its own choice); ``optimize``:
     False turns onnxruntime's graph optimizations off.
     """
-    unknown = sorted(set(options) - PIPELINE_OPTIONS)
+    unknown = sorted(options)
     if unknown:
         raise VerifyError(f"compile: {unknown[0]}: expected threads or optimize for target "
                           f"'onnx', got an unknown option {unknown[0]}={options[unknown[0]]!r}")

@@ -21,8 +21,13 @@ def _check_shapes(shapes: Mapping[str, int] | None) -> dict[str, int]:
 
 
 def compile(graph: Graph, target: str = "c", passes: str | Sequence[str] | None = "default",
-            shapes: Mapping[str, int] | None = None, **options: Any) -> Executable:
-    """Verify, optimize and lower a graph for one target; returns an ``Executable``."""
+            shapes: Mapping[str, int] | None = None, instruments: Sequence[Any] = (),
+            verify_each: bool = True, **options: Any) -> Executable:
+    """Verify, optimize and lower a graph for one target; returns an ``Executable``.
+
+    ``instruments`` and ``verify_each`` go to the pass pipeline (``gradc.optimize``); the other
+    keyword options go to the target (for example ``threads=2`` for ``"c"`` and ``"onnx"``).
+    """
     if not isinstance(graph, Graph):
         raise VerifyError(f"compile: graph: expected a gradc.Graph, got {type(graph).__name__}")
     if target not in TARGETS:
@@ -30,9 +35,14 @@ def compile(graph: Graph, target: str = "c", passes: str | Sequence[str] | None 
     shapes = _check_shapes(shapes)
     graph.verify()
     from gradc.passes import optimize
-    opt = optimize(graph, passes)
+    opt = optimize(graph, passes, instruments=instruments, verify_each=verify_each,
+                   symbols=shapes)
     g = opt.graph
     if target == "reference":
+        if options:
+            k = sorted(options)[0]
+            raise VerifyError(f"compile: {k}: expected no such option for target 'reference', "
+                              f"got {options[k]!r}")
         from gradc.backends.reference import ReferenceRunner
         return Executable(g, target, ReferenceRunner(g), shapes, report=opt.report)
     try:

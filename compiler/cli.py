@@ -215,7 +215,8 @@ def _instruments(args: argparse.Namespace) -> list:
     from gradc.passes import instruments_from_flags
     return instruments_from_flags(print_after_all=args.print_after_all,
                                   print_after_change=args.print_after_change,
-                                  time_passes=args.time_passes, dump_ir=args.dump_ir,
+                                  diff=args.print_diff, time_passes=args.time_passes,
+                                  statistics=args.pass_statistics, dump_ir=args.dump_ir,
                                   stream=sys.stderr)
 
 
@@ -266,7 +267,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--print-after-all", action="store_true", help="print the IR after each pass")
     p.add_argument("--print-after-change", action="store_true",
                    help="print the IR after each pass that changed it")
+    p.add_argument("--print-diff", action="store_true",
+                   help="print a unified diff of the IR for each pass that changed it")
     p.add_argument("--time-passes", action="store_true", help="print the time of each pass")
+    p.add_argument("--pass-statistics", action="store_true",
+                   help="print each pass's counters (nodes removed, fused, rewritten by rule, "
+                        "estimated memory traffic)")
     p.add_argument("--dump-ir", metavar="DIR", help="write each stage's IR to DIR")
     p.set_defaults(fn=cmd_compile)
 

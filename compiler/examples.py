@@ -53,3 +53,12 @@ def build_example_model() -> Any:
                               producer_name="gradc.examples")
     model.ir_version = 8
     return model
+
+
+if __name__ == "__main__":  # python -m gradc.examples OUT.onnx: write the bundled model
+    import sys
+
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m gradc.examples OUT.onnx")
+    with open(sys.argv[1], "wb") as f:
+        f.write(build_example_model().SerializeToString())

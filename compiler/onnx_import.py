@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from gradc.errors import ParseError, UnsupportedError, VerifyError
+from gradc.errors import GradcError, ParseError, UnsupportedError, VerifyError
 from gradc.ir.core import Graph, Value
 from gradc.ir.types import DType
 from gradc.onnx_import_node import CONVERTERS, OnnxNode, dtype_of, tensor_to_array
@@ -46,8 +46,28 @@ __all__ = ["from_onnx", "load_model"]
 
 
 def from_onnx(model_or_path: Any) -> Graph:
-    """Import a forward ONNX model (a ``ModelProto``, serialized bytes or a path) as a graph."""
-    return _Importer(load_model(model_or_path)).run()
+    """Import a forward ONNX model (a ``ModelProto``, serialized bytes or a path) as a graph.
+
+    A model written by ``gradc.to_onnx`` and not modified since comes back as exactly the graph
+    that was exported (through the text IR it carries, see ``embedded_graph``).
+    """
+    model = load_model(model_or_path)
+    own = embedded_graph(model)
+    return own if own is not None else _Importer(model).run()
+
+
+def embedded_graph(model: Any) -> Graph | None:
+    """The gradc graph embedded by ``to_onnx``, if the ONNX graph is still the one exported."""
+    from gradc.backends.onnx_target import IR_HASH_KEY, IR_KEY, graph_digest
+    from gradc.ir.parser import parse
+
+    props = {p.key: p.value for p in model.metadata_props}
+    if IR_KEY not in props or props.get(IR_HASH_KEY) != graph_digest(model.graph):
+        return None
+    try:
+        return parse(props[IR_KEY])
+    except GradcError as e:
+        raise ParseError(f"ONNX model: its embedded gradc IR ({IR_KEY}) is invalid: {e}") from None
 
 
 def load_model(src: Any) -> Any:
@@ -316,8 +336,13 @@ class _Importer:
 
     def _raise_problems(self) -> None:
         items = [msg for _, msg in sorted(self.problems, key=lambda p: p[0])]
-        e = UnsupportedError(f"ONNX graph {self.graph.name!r}: {len(items)} unsupported "
-                             f"feature{'s' if len(items) > 1 else ''}: " + "; ".join(items))
+        head = f"ONNX graph {self.graph.name!r}: {len(items)} unsupported " \
+               f"feature{'s' if len(items) > 1 else ''}: "
+        if len(items) <= 8:
+            head += "; ".join(items)
+        else:  # one readable line first (the CLI prints only it), then every problem
+            head += _summary(self.nodes, self.problems) + "\n" + "\n".join(items)
+        e = UnsupportedError(head)
         e.problems = items  # type: ignore[attr-defined]
         raise e
 
@@ -400,3 +425,19 @@ def _topological(deps: list[set[int]], nodes: list[OnnxNode]) -> list[int]:
                           f"{', '.join(stuck[:4])}{', ...' if len(stuck) > 4 else ''})")
     return order
 
+
+
+def _summary(nodes: list[OnnxNode], problems: list[tuple[int, str]]) -> str:
+    """Problems grouped by ONNX op type in model order: ``Where (30 nodes, first 'a/Where')``."""
+    groups: dict[str, list[str]] = {}
+    for index, _ in sorted(problems, key=lambda p: p[0]):
+        if 0 <= index < len(nodes):
+            n = nodes[index]
+            groups.setdefault(n.op, []).append(n.name or f"#{n.index}")
+        else:
+            groups.setdefault("(graph inputs, outputs, initializers)", []).append("")
+    parts = []
+    for op, names in groups.items():
+        count = f"{len(names)} node{'s' if len(names) > 1 else ''}"
+        parts.append(f"{op} ({count}, first {names[0]!r})" if names[0] else f"{op} ({len(names)})")
+    return ", ".join(parts) + " (one line per feature follows)"

@@ -38,8 +38,15 @@ def train_step() -> Graph:
     return grad(forward())
 
 
+def cnn() -> Graph:
+    """The bundled ONNX model (examples/cnn.onnx) imported: all five forward ops, batch dim N."""
+    from gradc.api import from_onnx
+    from gradc.examples import build_example_model
+    return from_onnx(build_example_model())
+
+
 SAMPLES: dict[str, Callable[[], Graph]] = {
-    "pool_step": pool_step, "forward": forward, "train_step": train_step,
+    "pool_step": pool_step, "forward": forward, "train_step": train_step, "cnn": cnn,
 }
 
 

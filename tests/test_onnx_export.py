@@ -446,3 +446,32 @@ def test_generated_training_graphs(seed, n_ops, passes):
     ref = case.run(passes=None)
     for name in ref:
         _agrees(got[name], ref[name])
+
+
+def test_gradc_export_reads_back_as_the_same_graph(tmp_path):
+    """A model written by to_onnx imports as exactly the exported graph (fused groups too);
+    once edited, the embedded IR no longer matches and the model is imported node by node."""
+    t = gradc.grad(gradc.samples.sample("cnn"))
+    opt = gradc.optimize(t).graph
+    assert any(n.op == "fused" for n in opt.nodes)
+    for g in (t, opt):
+        path = tmp_path / "train.onnx"
+        onnx.save(gradc.to_onnx(g), str(path))
+        assert str(gradc.from_onnx(str(path))) == str(g)
+    m = gradc.to_onnx(t)
+    m.graph.node[0].name = "edited"
+    with pytest.raises(gradc.UnsupportedError) as e:
+        gradc.from_onnx(m)
+    first = str(e.value).splitlines()[0]
+    assert "Where (" in first and "first 'gradc." in first and len(first) < 2000
+    assert len(e.value.problems) == len(str(e.value).splitlines()) - 1
+
+
+def test_embedded_ir_that_does_not_parse_is_a_parse_error():
+    from gradc.backends.onnx_target import IR_KEY
+    m = gradc.to_onnx(gradc.samples.sample("forward"))
+    for p in m.metadata_props:
+        if p.key == IR_KEY:
+            p.value = "graph g( {"
+    with pytest.raises(gradc.ParseError, match="embedded gradc IR"):
+        gradc.from_onnx(m)

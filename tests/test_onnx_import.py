@@ -617,3 +617,13 @@ def test_onnxruntime_disagreements_follow_spec():
     assert node.attrs["start_padding"] == node.attrs["end_padding"] == (0, 0)
     x = distinct((1, 1, 1, 3))
     assert_bits(run_gradc(m, {"x": x})["y"], x[..., :1])
+
+
+def test_bundled_example_file_is_the_built_model():
+    """examples/cnn.onnx (used by the README's main command) is exactly build_example_model()."""
+    from pathlib import Path
+    from gradc.examples import build_example_model
+    path = Path(__file__).resolve().parent.parent / "examples" / "cnn.onnx"
+    assert path.read_bytes() == build_example_model().SerializeToString(), (
+        "examples/cnn.onnx is stale: regenerate it with `python -m gradc.examples examples/cnn.onnx`")
+    assert str(gradc.samples.sample("cnn")) == str(gradc.from_onnx(str(path)))

@@ -1,0 +1,94 @@
+"""The gradc command end to end: grad, compile with every pass instrument, show, check."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+import gradc
+from gradc.cli import main
+
+EXAMPLE = str(Path(__file__).resolve().parent.parent / "examples" / "cnn.onnx")
+
+
+def test_grad_check_on_bundled_model(tmp_path, capsys):
+    """The README's main command: training graph out, onnxruntime agrees with the reference."""
+    out = tmp_path / "train.onnx"
+    assert main(["grad", EXAMPLE, "-o", str(out), "--check"]) == 0
+    text = capsys.readouterr().out
+    assert "onnxruntime agrees with the reference target on every output" in text
+    model = onnx.load(str(out))
+    onnx.checker.check_model(model, full_check=True)
+    assert [i.name for i in model.graph.input] == ["x", "grad_loss"]
+    assert [o.name for o in model.graph.output] == ["loss", "grad_x"]
+    assert {n.domain for n in model.graph.node} <= {""}
+
+
+def test_grad_wrt_and_text_output(tmp_path, capsys):
+    out = tmp_path / "train.ir"
+    assert main(["grad", "example:forward", "-o", str(out), "--wrt", "w"]) == 0
+    g = gradc.parse(out.read_text())
+    assert [v.name for v in g.outputs] == ["loss", "grad_w"]
+    assert main(["grad", "example:forward", "-o", str(out), "--wrt", "nope"]) == 2
+    assert "nope" in capsys.readouterr().err
+
+
+def test_compile_instruments(tmp_path, capsys):
+    train = tmp_path / "train.onnx"
+    assert main(["grad", EXAMPLE, "-o", str(train)]) == 0
+    capsys.readouterr()
+    dump = tmp_path / "dump"
+    assert main(["compile", str(train), "-t", "numpy", "-o", str(tmp_path / "t.py"),
+                 "--print-after-change", "--print-diff", "--time-passes", "--pass-statistics",
+                 "--dump-ir", str(dump)]) == 0
+    err = capsys.readouterr().err
+    assert "// -----// IR after 005 fuse-gradients (changed) //----- //" in err
+    assert "IR after 001 canonicalize" not in err           # unchanged: not printed
+    assert "+++ after fuse-elementwise" in err                # the diff
+    assert "Pass execution timing report" in err and "Total" in err
+    assert "nodes-fused" in err and "bytes-before" in err
+    names = sorted(p.name for p in dump.iterdir())
+    assert names[0] == "000-input.ir" and "006-fuse-elementwise.ir" in names
+    final = gradc.parse((dump / names[-1]).read_text())
+    assert any(n.op == "fused" for n in final.nodes)
+    src = (tmp_path / "t.py").read_text()
+    assert "import numpy as np" in src
+
+
+def test_compile_print_after_all_and_pass_list(tmp_path, capsys):
+    assert main(["compile", "example:train_step", "-t", "c", "-o", str(tmp_path / "t.c"),
+                 "-p", "cse,dce", "--print-after-all"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("// -----// IR after") == 2
+    assert "001 cse" in err and "002 dce" in err
+    assert main(["compile", "example:train_step", "-t", "c", "-p", "cse,nosuchpass"]) == 2
+    assert "nosuchpass" in capsys.readouterr().err
+    assert not (tmp_path / "x.c").exists()
+
+
+def test_compile_onnx_needs_an_output_file(capsys):
+    assert main(["compile", "example:forward", "-t", "onnx"]) == 2
+    assert "-o FILE" in capsys.readouterr().err
+
+
+def test_check_reports_every_target_and_grad(capsys):
+    assert main(["check", "example:forward", "--grad", "--shape", "N=1"]) == 0
+    out = capsys.readouterr().out
+    for target in ("numpy", "c", "onnx"):
+        assert target in out
+    assert "finite" in out.lower()
+
+
+def test_check_exit_1_when_a_target_disagrees(monkeypatch, capsys):
+    import gradc.backends.numpy_target as nt
+    real = nt.NumpyRunner.__call__
+
+    def wrong(self, *args, **kwargs):
+        return {k: v + np.ones_like(v) for k, v in real(self, *args, **kwargs).items()}
+
+    monkeypatch.setattr(nt.NumpyRunner, "__call__", wrong)
+    assert main(["check", "example:forward", "--shape", "N=1", "--targets", "numpy"]) == 1
+    assert "numpy" in capsys.readouterr().out
