@@ -67,6 +67,7 @@ def grad(graph: Graph, wrt: Sequence[str] | None = None) -> Graph:
             raise VerifyError(f"grad: {n}: expected a name not used in graph {graph.name!r}, "
                               "got a clash (rename the value)")
     g = rebuild(graph)
+    forward_nodes = len(g.nodes)
     g.name = graph.name if graph.name.endswith("_grad") else f"{graph.name}_grad"
     cot: dict[Value, Value] = {}
     for out in g.outputs:
@@ -86,4 +87,21 @@ def grad(graph: Graph, wrt: Sequence[str] | None = None) -> Graph:
     for name in targets:
         v = by_name[name]
         g.output(cot[v] if v in cot else zeros_like(v), f"grad_{name}")
+    _drop_unused_backward(g, forward_nodes)
     return g
+
+
+def _drop_unused_backward(g: Graph, forward_nodes: int) -> None:
+    """Remove backward nodes that reach no output: cotangents of constants and of inputs not in
+    ``wrt`` (each vjp rule builds every operand's gradient). Forward nodes are kept as given."""
+    live = set(g.outputs)
+    keep = []
+    for i in range(len(g.nodes) - 1, -1, -1):
+        n = g.nodes[i]
+        if i < forward_nodes or any(v in live for v in n.outputs):
+            keep.append(n)
+            live.update(n.inputs)
+        else:
+            for v in n.outputs:
+                g._names.discard(v.name)
+    g.nodes[:] = reversed(keep)

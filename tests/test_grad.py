@@ -108,7 +108,8 @@ def forward_graph(draw):
                           shape[3] - (1 if shape[3] > 1 else 0)), (1, -1, -1, 2))
         elif s == "resample":
             mode = draw(st.sampled_from(["nearest", "linear"]))
-            h = ops.resample(h, (1, 1, draw(st.sampled_from([0.5, 1.5, 2.0])), 1.3), mode)
+            scales = [0.5, 1.5, 2.0] if shape[2] >= 2 else [1.5, 2.0]  # no 0-size output
+            h = ops.resample(h, (1, 1, draw(st.sampled_from(scales)), 1.3), mode)
         elif s == "neg":
             h = ops.neg(h)
         else:
