@@ -338,7 +338,7 @@ class _Importer:
         items = [msg for _, msg in sorted(self.problems, key=lambda p: p[0])]
         head = f"ONNX graph {self.graph.name!r}: {len(items)} unsupported " \
                f"feature{'s' if len(items) > 1 else ''}: "
-        if len(items) <= 8:
+        if len(items) <= 20:
             head += "; ".join(items)
         else:  # one readable line first (the CLI prints only it), then every problem
             head += _summary(self.nodes, self.problems) + "\n" + "\n".join(items)
