@@ -126,7 +126,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from gradc.api import compile
     g = load_graph(args.file)
     shapes = parse_shapes(args.shape)
-    ex = compile(g, target=args.target, passes=_passes(args))
+    ex = compile(g, target=args.target, passes=_passes(args), shapes=shapes)
     feeds = random_inputs(g, shapes, args.seed)
     out = ex(**feeds)
     print(f"graph {g.name!r} on target {args.target} with random inputs (seed {args.seed}):")
@@ -176,13 +176,26 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from gradc.api import compile
     g = load_graph(args.file)
     instruments = _instruments(args)
-    ex = compile(g, target=args.target, passes=_passes(args), instruments=instruments)
+    shapes = parse_shapes(args.shape)
+    if args.target == "c":  # the source only: no C compiler is needed to write it
+        from gradc.backends.c_emit import generate
+        from gradc.passes import optimize
+        g.verify()
+        opt = optimize(g, _passes(args), instruments=instruments, symbols=shapes)
+        data: bytes | str = generate(opt.graph, shapes).source
+        return _write_output(args, data)
+    ex = compile(g, target=args.target, passes=_passes(args), shapes=shapes,
+                 instruments=instruments)
     if args.target == "onnx":
-        data: bytes | str = ex.model.SerializeToString()
+        data = ex.model.SerializeToString()
     elif ex.source is not None:
         data = ex.source
     else:
         data = str(ex.graph) + "\n"
+    return _write_output(args, data)
+
+
+def _write_output(args: argparse.Namespace, data: bytes | str) -> int:
     if args.output:
         write_atomic(args.output, data)
         print(f"wrote {args.output}", file=sys.stderr)
@@ -196,7 +209,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     from gradc.show import show
     g = load_graph(args.file)
-    text = show(g, fmt=args.format, passes=_passes(args))
+    text = show(g, fmt=args.format, passes=_passes(args), shapes=parse_shapes(args.shape))
     if args.output:
         write_atomic(args.output, text)
         print(f"wrote {args.output}", file=sys.stderr)

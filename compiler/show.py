@@ -15,7 +15,7 @@ from __future__ import annotations
 import html
 import shutil
 import subprocess
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from gradc.ir.core import Graph, Node, Value
 from gradc.ir.printer import fmt_name, fmt_type
@@ -276,15 +276,18 @@ def to_html(graph: Graph, optimized: Optimized | None = None,
             + "\n".join(body) + "\n</body></html>\n")
 
 
-def show(graph: Graph, fmt: str = "text", passes: str | Sequence[Any] | None = "default") -> str:
-    """``gradc show``: the graph as ``text``, ``dot`` or ``html``, before and after ``passes``."""
-    opt = optimize(graph, passes) if passes is not None else None
+def show(graph: Graph, fmt: str = "text", passes: str | Sequence[Any] | None = "default",
+         shapes: Mapping[str, int] | None = None) -> str:
+    """``gradc show``: the graph as ``text``, ``dot`` or ``html``, before and after ``passes``.
+
+    ``shapes`` sizes symbolic dims in the memory-traffic statistics (1 when not given)."""
+    opt = optimize(graph, passes, symbols=shapes) if passes is not None else None
     if fmt == "text":
         return to_text(graph, opt)
     if fmt == "dot":
         return to_dot(graph) if opt is None else to_dot_pair(graph, opt.graph)
     if fmt == "html":
-        return to_html(graph, opt if opt is not None else optimize(graph, None))
+        return to_html(graph, opt if opt is not None else optimize(graph, None, symbols=shapes))
     from gradc.errors import GradcError
     raise GradcError(f"show: format: expected text, dot or html, got {fmt!r}")
 

@@ -18,6 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
+from gradc.errors import VerifyError
 from gradc.ir.core import Graph, Node, Value
 from gradc.ir.ops.resample import axis_taps
 from gradc.passes.facts import add_zero_exact, never_nan, positive_base, value_range
@@ -399,6 +400,18 @@ class Canonicalize(Pass):
 
     name = "canonicalize"
     rules: tuple[str, ...] | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        if self.rules is None:
+            return
+        names = {r.name for r in RULES}
+        if isinstance(self.rules, str) or not all(isinstance(r, str) for r in self.rules):
+            raise VerifyError(f"canonicalize: rules: expected a tuple of rule names, got "
+                              f"{self.rules!r}")
+        unknown = [r for r in self.rules if r not in names]
+        if unknown:
+            raise VerifyError(f"canonicalize: rules: expected names from {', '.join(sorted(names))}"
+                              f", got {unknown[0]!r}")
 
     def run(self, graph: Graph) -> PassResult:
         chosen = [r for r in RULES if self.rules is None or r.name in self.rules]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import sys
 from typing import IO, Sequence
 
@@ -119,6 +120,9 @@ class DumpIR(Instrument):
 
     def before_pipeline(self, graph: Graph, passes: Sequence[Pass], optimized: Optimized) -> None:
         os.makedirs(self.directory, exist_ok=True)
+        for old in os.listdir(self.directory):  # a shorter pipeline must not leave stale stages
+            if re.fullmatch(r"\d{3}-[a-z0-9-]+\.ir", old):
+                os.unlink(os.path.join(self.directory, old))
         self._write(dump_name(0, "input"), optimized.input_ir)
 
     def after_pass(self, event: PassEvent) -> None:

@@ -129,8 +129,11 @@ def resolve(passes: str | Pass | Sequence[str | Pass] | None) -> list[Pass]:
         items = default_pipeline()
     elif isinstance(passes, str):
         items = [p.strip() for p in passes.split(",") if p.strip()]
-    else:
+    elif isinstance(passes, (list, tuple)):
         items = list(passes)
+    else:
+        raise VerifyError("passes: expected 'default', None, a comma-separated string or a list "
+                          f"of pass names / Pass objects, got {type(passes).__name__}")
     out: list[Pass] = []
     for p in items:
         if isinstance(p, Pass):

@@ -92,3 +92,21 @@ def test_check_exit_1_when_a_target_disagrees(monkeypatch, capsys):
     monkeypatch.setattr(nt.NumpyRunner, "__call__", wrong)
     assert main(["check", "example:forward", "--shape", "N=1", "--targets", "numpy"]) == 1
     assert "numpy" in capsys.readouterr().out
+
+
+def test_compile_c_source_needs_no_compiler(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    out = tmp_path / "t.c"
+    assert main(["compile", "example:train_step", "-t", "c", "-o", str(out), "--shape", "N=4"]) == 0
+    src = out.read_text()
+    assert "int gradc_entry(const int64_t *S, void *const *A, int nt)" in src
+    assert "A[0] input 0: float32[4,3,16,16]" in src
+
+
+def test_shape_flag_sizes_the_statistics(capsys):
+    assert main(["show", "example:train_step", "--shape", "N=32"]) == 0
+    big = capsys.readouterr().out
+    assert main(["show", "example:train_step"]) == 0
+    small = capsys.readouterr().out
+    bytes_of = lambda text: int(text.split("bytes-before=")[1].split()[0])  # noqa: E731
+    assert bytes_of(big) > 16 * bytes_of(small)

@@ -256,3 +256,25 @@ def test_fused_contract_and_round_trip() -> None:
         assert contract_violations(n) == []
     assert gradc.parse(str(opt.graph)) == opt.graph
     assert optimize(opt.graph, "fuse-gradients,fuse-elementwise").report[0].changed is False
+
+
+def test_bad_pass_arguments_are_verify_errors():
+    from gradc.passes.canonicalize import Canonicalize
+    g = gradc.samples.train_step()
+    for bad in (123, "nope", ["cse", 4]):
+        with pytest.raises(gradc.VerifyError, match="passes"):
+            gradc.optimize(g, bad)
+    with pytest.raises(gradc.VerifyError, match="rules: expected names"):
+        Canonicalize(rules=("nope",))
+    with pytest.raises(gradc.VerifyError, match="rules: expected a tuple"):
+        Canonicalize(rules="relu_grad_of_relu")
+
+
+def test_dump_ir_folder_holds_only_the_last_pipeline(tmp_path):
+    from gradc.passes import DumpIR
+    g = gradc.samples.train_step()
+    gradc.optimize(g, "default", instruments=[DumpIR(tmp_path)])
+    (tmp_path / "notes.txt").write_text("mine")
+    gradc.optimize(g, "cse", instruments=[DumpIR(tmp_path)])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["000-input.ir", "001-cse.ir",
+                                                           "notes.txt"]
