@@ -32,7 +32,15 @@ def load_graph(path: str) -> Graph:
         raise CliError(f"{path}: is a directory")
     if path.endswith(".onnx"):
         from gradc.api import from_onnx
-        return from_onnx(path)
+        try:
+            return from_onnx(path)
+        except GradcError as e:
+            if str(e).startswith(path):
+                raise
+            named = type(e)(f"{path}: {e}")
+            if hasattr(e, "problems"):
+                named.problems = e.problems  # type: ignore[attr-defined]
+            raise named from None
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()

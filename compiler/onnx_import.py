@@ -440,4 +440,4 @@ def _summary(nodes: list[OnnxNode], problems: list[tuple[int, str]]) -> str:
     for op, names in groups.items():
         count = f"{len(names)} node{'s' if len(names) > 1 else ''}"
         parts.append(f"{op} ({count}, first {names[0]!r})" if names[0] else f"{op} ({len(names)})")
-    return ", ".join(parts) + " (one line per feature follows)"
+    return ", ".join(parts) + " (the full message lists every feature, one per line: --debug)"

@@ -315,8 +315,10 @@ def _maxpool_check(n: OnnxNode, ctx: Context) -> list[str]:
     if n.get_str("auto_pad", "NOTSET") not in AUTO_PADS:
         found.append(f"attribute auto_pad: {n.get_str('auto_pad', '')!r} is not supported "
                      f"({', '.join(AUTO_PADS)})")
-    if n.get_int("storage_order", 0) == 1 and n.output(1):
-        found.append("attribute storage_order: 1 (column-major Indices) is not supported")
+    order = n.get_int("storage_order", 0)
+    if order != 0 and n.output(1):
+        found.append(f"attribute storage_order: {order} (only 0, row-major Indices, is "
+                     "supported)")
     return found
 
 

@@ -100,6 +100,9 @@ class Graph:
     # -- building -------------------------------------------------------------------------
     def input(self, name: str, dtype: DType | str, shape: Iterable) -> Value:
         """Add a graph input of the given dtype and shape (dims: int or symbol name)."""
+        if isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable):
+            raise VerifyError(f"input {name!r}: shape: expected a sequence of dims, got "
+                              f"{shape!r}")
         t = TensorType(DType.of(dtype), tuple(shape))
         v = Value(self._claim(name, "input"), t, None, self)
         self.inputs.append(v)

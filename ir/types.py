@@ -91,13 +91,17 @@ def is_symbol(d: Dim) -> bool:
     return isinstance(d, str)
 
 
+MAX_DIM = 2 ** 63 - 1  # dims, sizes and index arithmetic are int64 in every target
+
+
 def check_dim(d: object, what: str) -> Dim:
     """Validate one dim: an int >= 1 or a non-empty symbol name."""
     if isinstance(d, (bool, np.bool_)):
         raise VerifyError(f"{what}: expected an int >= 1 or a symbol name, got {d!r}")
     if isinstance(d, (int, np.integer)):
-        if int(d) < 1:
-            raise VerifyError(f"{what}: expected an int >= 1 or a symbol name, got {int(d)}")
+        if not 1 <= int(d) <= MAX_DIM:
+            raise VerifyError(f"{what}: expected an int in [1, 2**63 - 1] or a symbol name, "
+                              f"got {int(d)}")
         return int(d)
     if isinstance(d, str) and d:
         return d

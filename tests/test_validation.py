@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -255,3 +257,26 @@ def test_graph_errors():
         ops.add(g.inputs[0], other)
     with pytest.raises(gradc.VerifyError, match="gradc value"):
         ops.relu(np.zeros(2, np.float32))
+
+
+def test_slice_checks_strides_after_the_window_fit():
+    """SPEC.md §4.1: offsets and sizes (3), the fit (4), then the strides' type (5)."""
+    g = gradc.Graph("order")
+    x = g.input("x", "float32", (4,))
+    for args, field in [(((-1,), (1,), (1.5,)), "input_window_offsets[0]"),
+                        (((0,), (5,), (1.5,)), "input_window_sizes"),
+                        (((0,), (2,), (1.5,)), "input_window_strides[0]")]:
+        with pytest.raises(gradc.VerifyError, match=rf"^slice: {re.escape(field)}: expected"):
+            ops.slice(x, *args)
+
+
+def test_huge_numbers_and_bad_shapes_are_verify_errors():
+    g = gradc.Graph("huge")
+    x = g.input("x", "float32", (4,))
+    assert ops.clip(x, -10 ** 400, 1).producer.attrs["min"] == -np.inf  # overflow gives -inf
+    with pytest.raises(gradc.VerifyError, match=r"^resample: scales\[0\]: expected a finite"):
+        ops.resample(x, (10 ** 400,))
+    with pytest.raises(gradc.VerifyError, match="shape: expected a sequence"):
+        g.input("y", "float32", 3)
+    with pytest.raises(gradc.VerifyError, match=r"shape\[0\]: expected an int in \[1, 2\*\*63"):
+        g.input("z", "float32", (2 ** 64,))

@@ -173,8 +173,7 @@ class Checker:
         for i, v in enumerate(vals):
             if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number)):
                 self.fail(f"{name}[{i}]", "a real number", repr(v))
-            with np.errstate(over="ignore"):
-                f = float(np.float32(v))
+            f = _round_to(np.float32, v)
             if not math.isfinite(f):
                 self.fail(f"{name}[{i}]", "a finite float32", f"{v!r} (rounds to {f})")
             if positive and not f > 0:
@@ -209,8 +208,7 @@ class Checker:
         if dtype.is_float:
             if v != v:
                 self.fail(name, f"a number convertible to {dtype} (not NaN)", "nan")
-            with np.errstate(over="ignore"):
-                out: float | int = float(dtype.numpy.type(v))
+            out: float | int = _round_to(dtype.numpy.type, v)
         else:
             info = np.iinfo(dtype.numpy)
             if isinstance(v, (float, np.floating)) and not float(v).is_integer():
@@ -294,3 +292,13 @@ def apply(op: str, *inputs: Value, **attrs: Any) -> Any:
 
 
 OpBuilder = Callable[..., Any]
+
+
+def _round_to(ftype: Any, v: Any) -> float:
+    """``v`` rounded to a float type; beyond its range (even beyond float64's, as for
+    ``10**400``) it becomes +-inf, as IEEE rounding to nearest gives (SPEC.md §1.3)."""
+    try:
+        with np.errstate(over="ignore"):
+            return float(ftype(v))
+    except OverflowError:
+        return math.inf if v > 0 else -math.inf

@@ -37,13 +37,15 @@ def _window(c: Checker, rank: int, full: Sequence[Dim], full_field: str,
     """Checks shared by slice and slice_grad: lengths, strides, offsets and sizes, fit."""
     for k in WINDOW:  # the three lengths are checked before any entry
         c.length(k, rank)
-    off = c.ints("input_window_offsets", rank)
-    size = c.dims("input_window_sizes")
-    stride = c.ints("input_window_strides", rank)
-    if not zero_stride_ok:
+    if not zero_stride_ok:  # slice_grad: the strides (item 4) come before offsets and sizes
+        stride = c.ints("input_window_strides", rank)
         for i, st in enumerate(stride):
             if st == 0:
                 c.fail(f"input_window_strides[{i}]", "a non-zero integer", 0)
+    else:  # slice: checked after the fit (item 5); the whole-axis rule reads them as given
+        stride = tuple(c.raw["input_window_strides"])
+    off = c.ints("input_window_offsets", rank)
+    size = c.dims("input_window_sizes")
     for i, o in enumerate(off):
         if o < 0:
             c.fail(f"input_window_offsets[{i}]", "an integer >= 0", o)
@@ -62,6 +64,8 @@ def _window(c: Checker, rank: int, full: Sequence[Dim], full_field: str,
         if off[i] + s > full[i]:
             c.fail("input_window_sizes", f"offset + size <= {full[i]} on axis {i}",
                    f"{off[i]} + {s} = {off[i] + s}")
+    if zero_stride_ok:
+        stride = c.ints("input_window_strides", rank)
     return off, size, stride
 
 
