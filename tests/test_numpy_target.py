@@ -391,6 +391,7 @@ def test_random_training_graphs(seed, n_ops):
 
     case = make_graph(seed, n_ops)
     compare(case.graph, case.feeds, shapes=case.shapes)
+    compare(case.graph, case.feeds, passes="default")  # symbols bound at call time
     fusion = [p for p in ("fuse-elementwise", "fuse-gradients") if p in PASSES]
     if fusion:
         compare(case.graph, case.feeds, passes=fusion, shapes=case.shapes)
