@@ -156,3 +156,16 @@ def test_mutated_text_raises_only_parse_error(data):
 def test_deep_nesting_is_a_parse_error():
     with pytest.raises(gradc.ParseError):
         gradc.parse("graph g(%x: f32[2]) {\n %y = relu(%x) {a = " + "[" * 5000 + "} : f32[2]")
+
+
+def test_slice_attributes_print_in_argument_order():
+    g = gradc.Graph("order")
+    x = g.input("x", "float32", (4, 4))
+    dy = g.input("dy", "float32", (2, 2))
+    g.output(ops.slice(x, (0, 0), (4, 3), (2, -2)), "y")
+    g.output(ops.slice_grad(dy, (4, 4), (0, 0), (4, 3), (2, -2)), "dx")
+    text = str(g)
+    assert ("{input_window_offsets = [0, 0], input_window_sizes = [4, 3], "
+            "input_window_strides = [2, -2], output_sizes = [2, 2]}") in text
+    assert ("{output_sizes = [4, 4], input_window_offsets = [0, 0], input_window_sizes = [4, 3], "
+            "input_window_strides = [2, -2]}") in text

@@ -66,6 +66,8 @@ def _window(c: Checker, rank: int, full: Sequence[Dim], full_field: str,
                    f"{off[i]} + {s} = {off[i] + s}")
     if zero_stride_ok:
         stride = c.ints("input_window_strides", rank)
+    for k in WINDOW:  # attributes print in argument order, whatever order they were checked in
+        c.attrs[k] = c.attrs.pop(k)
     return off, size, stride
 
 
