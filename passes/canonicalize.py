@@ -222,15 +222,9 @@ def window_is_identity(src: Sequence, dst: Sequence, off: Sequence[int], size: S
 
 
 @dataclass(frozen=True)
-class SliceGradIdentity(Pattern):
-    """``slice_grad(dy, ...) -> dy`` when the window is the whole tensor with unit strides.
-
-    Proof: every result element is then stored from the dy element of the same index (a copy),
-    and no element is left at +0.
-    """
-
-    name = "slice-grad-identity"
-    roots = ("slice_grad",)
+class _WholeWindowIdentity(Pattern):
+    """Shared by slice and slice_grad: the node is its operand when the window is the whole
+    tensor with unit strides."""
 
     def match(self, node: Node, rw: Rewriter) -> Bindings | None:
         a = node.attrs
@@ -244,21 +238,23 @@ class SliceGradIdentity(Pattern):
 
 
 @dataclass(frozen=True)
-class SliceIdentity(Pattern):
+class SliceGradIdentity(_WholeWindowIdentity):
+    """``slice_grad(dy, ...) -> dy`` when the window is the whole tensor with unit strides.
+
+    Proof: every result element is then stored from the dy element of the same index (a copy),
+    and no element is left at +0.
+    """
+
+    name = "slice-grad-identity"
+    roots = ("slice_grad",)
+
+
+@dataclass(frozen=True)
+class SliceIdentity(_WholeWindowIdentity):
     """``slice(x, ...) -> x`` when the window is the whole tensor with unit strides (a copy)."""
 
     name = "slice-identity"
     roots = ("slice",)
-
-    def match(self, node: Node, rw: Rewriter) -> Bindings | None:
-        a = node.attrs
-        ok = window_is_identity(node.inputs[0].type.shape, a["output_sizes"],
-                                a["input_window_offsets"], a["input_window_sizes"],
-                                a["input_window_strides"])
-        return {} if ok else None
-
-    def rewrite(self, node: Node, b: Bindings, rw: Rewriter) -> Sequence[Value]:
-        return [rw.operand(node, 0)]
 
 
 def resample_is_identity(attrs: dict, src: Sequence, dst: Sequence) -> bool:
