@@ -174,3 +174,48 @@ def broadcasts(dims: Dims, shape: Sequence[Dim], to: Sequence[Dim]) -> bool:
         return False
     vs = padded(shape, len(to))
     return all(dims.same(a, b) or dims.static(a) == 1 for a, b in zip(vs, to))
+
+
+STREAM_BLOCK = 64  # GC_BLK of the prelude
+
+
+def traffic(dims: Dims, values: Sequence[Value]) -> str:
+    """C expression: the bytes of ``values`` (what a kernel reads and writes at least once)."""
+    return " + ".join(f"(int64_t){dims.prod(v.type.shape)} * {ctype(v.type.dtype).width // 8}"
+                      for v in values) or "0"
+
+
+def stream_flag(out_ptrs: Sequence[str], moved: str) -> str:
+    """C condition: stream the stores of a kernel that moves ``moved`` bytes into ``out_ptrs``."""
+    aligned = " && ".join(f"gc_al16({p})" for p in out_ptrs)
+    return f"(GC_STREAM && ({moved}) >= GC_STREAM_MIN && {aligned})"
+
+
+def streamed_span(dst: str, count: int, store_t: str, width: int, body: list[str], value: str,
+                  st: str) -> list[str]:
+    """``dst[q] = value`` for ``q < count`` (``body`` computes ``value`` from ``q``).
+
+    When ``st`` holds at run time (and a span is a whole number of 16-byte units, so that
+    ``dst`` stays aligned from span to span) the values go through a block in registers or L1
+    and out with streaming stores; otherwise a plain loop. Both compute the same expressions.
+    """
+    dst = f"({dst})"
+    plain = [f"for (int64_t q = 0; q < {count}; q++) {{", *("  " + ln for ln in body),
+             f"  {dst}[q] = {value};", "}"]
+    if (count * width) % 16:
+        return plain
+    full, rem = count // STREAM_BLOCK * STREAM_BLOCK, count % STREAM_BLOCK
+
+    def block(start: str, n: int) -> list[str]:
+        return [f"  _Alignas(64) {store_t} sb[{STREAM_BLOCK}];",
+                f"  for (int64_t qj = 0; qj < {n}; qj++) {{",
+                f"    const int64_t q = {start} + qj;", *("    " + ln for ln in body),
+                f"    sb[qj] = {value};", "  }",
+                f"  gc_stream({dst} + {start}, sb, (size_t){n} * {width});"]
+    lines = [f"if ({st}) {{"]
+    if full:
+        lines += [f"  for (int64_t q0 = 0; q0 < {full}; q0 += {STREAM_BLOCK}) {{",
+                  *("  " + ln for ln in block("q0", STREAM_BLOCK)), "  }"]
+    if rem:
+        lines += ["  {", *("  " + ln for ln in block(str(full), rem)), "  }"]
+    return lines + ["} else {", *("  " + ln for ln in plain), "}"]

@@ -12,7 +12,7 @@ from typing import Sequence
 from gradc.ir.core import Value
 from gradc.ir.types import Dim
 
-from gradc.backends.c_kernel import Kernel, omp_for, padded
+from gradc.backends.c_kernel import Kernel, omp_for, padded, stream_flag, traffic
 from gradc.backends.c_scalar import ExprGen, needed_inputs, wrap
 from gradc.backends.c_types import Dims, ctype, strides
 
@@ -32,10 +32,46 @@ def emit_elementwise(k: Kernel) -> None:
         offs = {id(v): "i" if all(pres[id(v)]) else "0" for v in used}
         gen = ExprGen({v: (k.ptr[v], lambda v: offs[id(v)]) for v in used})
         stores = [f"{k.ptr[o]}[i] = {gen.get(o)};" for o in outputs]
-        k.emit(f"const int64_t n = {k.dims.prod(shape)};", omp_for("n"),
-               "for (int64_t i = 0; i < n; i++) {", *_indent(gen.lines + stores), "}")
+        plain = [omp_for("n"), "for (int64_t i = 0; i < n; i++) {", *_indent(gen.lines + stores),
+                 "}"]
+        k.emit(f"const int64_t n = {k.dims.prod(shape)};")
+        _streamed(k, outputs, gen, plain)
         return
     _nested(k, axes, used, outputs)
+
+
+def _streamed(k: Kernel, outputs: list[Value], gen: ExprGen, plain: list[str]) -> None:
+    """The flat loop over ``n`` elements, with a streaming-store version for large outputs.
+
+    Above GC_STREAM_MIN bytes moved (and with 16-byte aligned outputs) each thread computes blocks
+    of GC_BLK elements into local arrays and copies them out with non-temporal stores; the
+    values are the same expressions, so results are bit-identical to ``plain``.
+    """
+    types = [k.types.get(k.ptr[o], ctype(o.type.dtype).store) for o in outputs]
+    moved = traffic(k.dims, list(gen.loads) + outputs)
+    local = [f"_Alignas(64) {t} s{j}[GC_BLK];" for j, t in enumerate(types)]
+    body = ["const int64_t i = gb * GC_BLK + gj;", *gen.lines,
+            *(f"s{j}[gj] = {gen.get(o)};" for j, o in enumerate(outputs))]
+    copy = [f"gc_stream({k.ptr[o]} + gb * GC_BLK, s{j}, sizeof s{j});"
+            for j, o in enumerate(outputs)]
+    k.emit(f"if {stream_flag([k.ptr[o] for o in outputs], moved)} {{",
+           "  const int64_t nb = n / GC_BLK;",
+           "  #pragma omp parallel num_threads(nt) if(n > GC_PAR_MIN)",
+           "  {",
+           "    #pragma omp for schedule(static) nowait",
+           "    for (int64_t gb = 0; gb < nb; gb++) {",
+           *_indent(local, 3),
+           "      for (int64_t gj = 0; gj < GC_BLK; gj++) {",
+           *_indent(body, 4),
+           "      }",
+           *_indent(copy, 3),
+           "    }",
+           "    gc_stream_fence();",
+           "  }",
+           "  for (int64_t i = nb * GC_BLK; i < n; i++) {",
+           *_indent(gen.lines + [f"{k.ptr[o]}[i] = {gen.get(o)};" for o in outputs], 2),
+           "  }",
+           "} else {", *_indent(plain), "}")
 
 
 def _merge_axes(dims: Dims, shape: Sequence[Dim], used: list[Value]) -> list:

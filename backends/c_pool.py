@@ -19,7 +19,8 @@ import math
 from gradc.ir.ops.common import lowest
 from gradc.ir.ops.pooling import POOL_FIELDS
 
-from gradc.backends.c_kernel import Kernel, anchored, ctx_gen
+from gradc.backends.c_kernel import (Kernel, anchored, ctx_gen, stream_flag, streamed_span,
+                                     traffic)
 from gradc.backends.c_scalar import narrow, widen
 from gradc.backends.c_types import CType, ctype, literal
 
@@ -236,6 +237,7 @@ def _parallel(k: Kernel, planes: str, work: str, allocs: list[tuple[str, str, st
            "    fail = 1;", "  }", "  #pragma omp for schedule(static)",
            "  for (int64_t p = 0; p < P; p++) {", "    if (!ok) continue;",
            *("    " + ln for ln in body), "  }")
+    k.emit("  gc_stream_fence();")
     for name, _, _ in allocs:
         k.emit(f"  free({name});")
     k.emit("}", "if (fail) return 1;")
@@ -264,12 +266,19 @@ def emit_max_pooling(k: Kernel) -> None:
 
 
 def emit_max_pooling_grad(k: Kernel) -> None:
-    """dX: per plane, dY added at each window's argmax in dY's row-major (canonical) order."""
+    """dX: per plane, dY added at each window's argmax in dY's row-major (canonical) order.
+
+    Planes whose windows tile them are written once, element by element (2x2 float32 windows
+    with SSE2: four windows per step, whole rows of dX stored); the others accumulate in a
+    per-thread plane buffer that is then copied out (with the epilogue, when there is one).
+    Large outputs are written with streaming stores (``stream_flag``).
+    """
     an = anchored(k)
     x, dy = an.operand(0), an.operand(1)
     t = ctype(x.type.dtype)
     pool = _Pool(k, x.type.shape, dy.type.shape[2:], an.anchor.attrs, t)
-    buffered = t.is_f16 or an.has_epilogue
+    tiled = pool.tiled()
+    buffered = t.is_f16 or an.has_epilogue or not tiled
     dims = k.dims
     dyflat = f"(p * {pool.oplane} + orow + ow)"
     pro = ctx_gen(dims, dy.type.shape, dyflat, an.loads, prefix="a")
@@ -279,22 +288,84 @@ def emit_max_pooling_grad(k: Kernel) -> None:
                *("    " + ln for ln in pro.lines),
                f"    acc[b] += ({t.acc}){widen(t, dv)};", "  }", "}"]
     zero = f"for (int64_t q = 0; q < {pool.plane}; q++) acc[q] = 0;"
+    width = t.width // 8
+    moved = traffic(dims, [x, *(v for v in an.loads if v is not x), an.out])
+    k.emit(f"const int gst = {stream_flag([an.out_ptr], moved)};", "(void)gst;")
     body = [f"const {t.store} *x = {an.loads[x]} + p * {pool.plane};",
             f"{t.acc} *acc = {'abuf' if buffered else an.out_ptr + ' + p * ' + str(pool.plane)};"]
-    if pool.tiled():  # the plain pass writes every element: no zeroing, no read-modify-write
+    allocs = [("bi", pool.idx, str(pool.out[-1]))]
+    if tiled:  # the plain pass writes every element: no zeroing, no read-modify-write
+        pairs = pool.nd == 2 and pool.w == [2, 2] and t.store == "float"
+        st = "0" if buffered else "gst"
+        if pairs:
+            allocs.append(("gb", "float", str(pool.out[-1] + 1)))
+
         def rows() -> list[str]:
-            return pool.row_pass("bi") + (scatter if pool.nan else _tile_writes(pool, pro, dv))
-        body += pool.rows_by_nan(rows, [zero])
+            if pool.nan:
+                return pool.row_pass("bi") + scatter
+            if not pairs:
+                return pool.row_pass("bi") + _tile_writes(pool, pro, dv)
+            return ["#if GC_SSE2", *_pairs_2x2(pool, pro, dv, st), "#else",
+                    *(pool.row_pass("bi") + _tile_writes(pool, pro, dv)), "#endif"]
+        body += pool.rows_by_nan(rows, ["gc_stream_fence();", zero])
     else:
         body += [zero] + pool.rows_by_nan(lambda: pool.row_pass("bi") + scatter, [zero])
-    allocs = [("bi", pool.idx, str(pool.out[-1]))]
     if buffered:
         allocs.append(("abuf", t.acc, str(pool.plane)))
         res = narrow(t, "acc[q]")
         epi = ctx_gen(dims, an.result.type.shape, f"(p * {pool.plane} + q)", an.loads,
                       {an.result: "r"}, prefix="e")
         v = epi.get(an.out)
-        body += [f"for (int64_t q = 0; q < {pool.plane}; q++) {{",
-                 f"  const {t.store} r = {res};", *("  " + ln for ln in epi.lines),
-                 f"  {an.out_ptr}[p * {pool.plane} + q] = {v};", "}"]
+        body += streamed_span(f"{an.out_ptr} + p * {pool.plane}", pool.plane, t.store, width,
+                              [f"const {t.store} r = {res};", *epi.lines], v, "gst")
     _parallel(k, dims.prod(x.type.shape[:2]), str(pool.plane), allocs, body)
+
+
+def _pairs_2x2(pool: _Pool, pro, dv: str, st: str) -> list[str]:
+    """One row of 2x2 stride-2 windows that tile a float32 plane, two windows per SSE2 step.
+
+    The four taps a b / c d of a window sit in the even and odd lanes of two row loads; each is
+    duplicated across the window's two lanes, so the SPEC.md §5.1 scan (a, then b, c, d, each
+    replacing the maximum when strictly greater) runs lane-wise and yields the four output
+    masks. dX is 0 + dY at the argmax (the reference's one addition, -0 -> +0) and +0 elsewhere.
+    Only '>' is used: a plane with a NaN candidate is redone by the NaN-aware pass.
+    """
+    ow_n, width = pool.out[1], pool.sp[1]
+    lines = [f"for (int64_t ow = 0; ow < {ow_n}; ow++) {{", *("  " + ln for ln in pro.lines),
+             f"  gb[ow] = 0.0f + {widen(pool.t, dv)};", "}",
+             f"const float *x0 = x + r0 * {2 * width}, *x1 = x0 + {width};",
+             f"float *o0 = acc + r0 * {2 * width}, *o1 = o0 + {width};",
+             "const __m128 odd = _mm_castsi128_ps(_mm_set_epi32(-1, 0, -1, 0));",
+             "__m128 nanv = _mm_setzero_ps();",
+             "int64_t ow = 0;",
+             f"for (; ow + 2 <= {ow_n}; ow += 2) {{",
+             "  const __m128 v0 = _mm_loadu_ps(x0 + 2 * ow), v1 = _mm_loadu_ps(x1 + 2 * ow);",
+             "  nanv = _mm_or_ps(nanv, _mm_or_ps(_mm_cmpunord_ps(v0, v0), _mm_cmpunord_ps(v1, v1)));",
+             "  const __m128 a = _mm_shuffle_ps(v0, v0, _MM_SHUFFLE(2, 2, 0, 0));",
+             "  const __m128 b = _mm_shuffle_ps(v0, v0, _MM_SHUFFLE(3, 3, 1, 1));",
+             "  const __m128 c = _mm_shuffle_ps(v1, v1, _MM_SHUFFLE(2, 2, 0, 0));",
+             "  const __m128 d = _mm_shuffle_ps(v1, v1, _MM_SHUFFLE(3, 3, 1, 1));",
+             "  const __m128 tb = _mm_cmpgt_ps(b, a), m1 = gc_sel4(tb, b, a);",
+             "  const __m128 tc = _mm_cmpgt_ps(c, m1), m2 = gc_sel4(tc, c, m1);",
+             "  const __m128 td = _mm_cmpgt_ps(d, m2);",
+             "  const __m128 g2 = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(gb + ow)));",
+             "  const __m128 g = _mm_shuffle_ps(g2, g2, _MM_SHUFFLE(1, 1, 0, 0));",
+             "  /* top row: a wins in even lanes (no b, c, d), b in odd lanes (b, no c, d) */",
+             "  const __m128 top = _mm_or_ps(_mm_xor_ps(tb, odd), _mm_or_ps(tc, td));",
+             "  /* bottom row: c wins in even lanes (c, no d), d in odd lanes */",
+             "  const __m128 bot = _mm_or_ps(_mm_and_ps(odd, td), _mm_andnot_ps(odd, _mm_andnot_ps(td, tc)));",
+             f"  gc_put4(o0 + 2 * ow, _mm_andnot_ps(top, g), {st});",
+             f"  gc_put4(o1 + 2 * ow, _mm_and_ps(bot, g), {st});",
+             "}",
+             "nanf |= _mm_movemask_ps(nanv) != 0;",
+             f"for (; ow < {ow_n}; ow++) {{",
+             "  const float a = x0[2 * ow], b = x0[2 * ow + 1], c = x1[2 * ow], d = x1[2 * ow + 1];",
+             "  nanf |= (a != a) | (b != b) | (c != c) | (d != d);",
+             "  const int tb = b > a; const float m1 = tb ? b : a;",
+             "  const int tc = c > m1; const float m2 = tc ? c : m1;",
+             "  const int td = d > m2;",
+             "  const int w = td ? 3 : tc ? 2 : tb;",
+             "  o0[2 * ow] = w == 0 ? gb[ow] : 0.0f; o0[2 * ow + 1] = w == 1 ? gb[ow] : 0.0f;",
+             "  o1[2 * ow] = w == 2 ? gb[ow] : 0.0f; o1[2 * ow + 1] = w == 3 ? gb[ow] : 0.0f;",
+             "}"]
+    return lines

@@ -34,6 +34,41 @@ PRELUDE = r"""
 /* Per-thread scratch: cache-line aligned and padded, so threads never share a line. */
 static inline void *gc_alloc(size_t n) { return aligned_alloc(64, (n + 127) & ~(size_t)63); }
 
+/* Streaming (non-temporal) stores for kernels that move more data than stays in cache: a kernel
+ * computes a block of GC_BLK elements into a local array and copies it out with stores that
+ * skip the read-for-ownership of every written cache line (a third less traffic for
+ * y = f(a, b)). Below GC_STREAM_MIN bytes moved (read + written) the output is left in cache
+ * for the next kernel. x86-64 only (SSE2, 16-byte aligned destinations). */
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#define GC_SSE2 1
+#define GC_STREAM 1
+#else
+#define GC_SSE2 0
+#define GC_STREAM 0
+#endif
+#define GC_STREAM_MIN ((int64_t)16 << 20)  /* bytes moved by one kernel */
+#define GC_BLK 64                         /* elements per streamed block */
+GC_INLINE int gc_al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+GC_INLINE void gc_stream(void *restrict dst, const void *restrict src, size_t bytes) {
+#if GC_STREAM
+  for (size_t k = 0; k < bytes; k += 16)  /* bytes is a multiple of 16 */
+    _mm_stream_si128((__m128i *)((char *)dst + k), _mm_load_si128((const __m128i *)((const char *)src + k)));
+#else
+  memcpy(dst, src, bytes);
+#endif
+}
+GC_INLINE void gc_stream_fence(void) {  /* before the stores are read by another thread */
+#if GC_STREAM
+  _mm_sfence();
+#endif
+}
+#if GC_SSE2
+/* Four floats: streamed to a 16-byte aligned address (st != 0) or stored through the cache. */
+GC_INLINE void gc_put4(float *p, __m128 v, int st) { if (st) _mm_stream_ps(p, v); else _mm_storeu_ps(p, v); }
+GC_INLINE __m128 gc_sel4(__m128 m, __m128 a, __m128 b) { return _mm_or_ps(_mm_and_ps(m, a), _mm_andnot_ps(m, b)); }
+#endif
+
 GC_INLINE float gc_bits2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 GC_INLINE uint32_t gc_f2bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 GC_INLINE uint64_t gc_d2bits(double d) { uint64_t u; memcpy(&u, &d, 8); return u; }

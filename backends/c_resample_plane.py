@@ -19,7 +19,8 @@ import numpy as np
 
 from gradc.ir.ops.resample import axis_taps
 
-from gradc.backends.c_kernel import Anchored, Kernel, ctx_gen
+from gradc.backends.c_kernel import (Anchored, Kernel, ctx_gen, stream_flag, streamed_span,
+                                     traffic)
 from gradc.backends.c_scalar import narrow, widen
 from gradc.backends.c_types import ctype, float_literal
 
@@ -123,14 +124,16 @@ def static_plane_path(k: Kernel, an: Anchored, lead: int) -> None:
     ones = bool(np.all(gw[gw != 0] == 1)) and all(
         np.all((w == 0) | (w == 1)) for d in rows for _, w in row_taps[d])
     body = _plane_body(k, an, lead, ys, os_, rows, ntap, gw, gx, run, direct, dypl, opl, ones)
-    k.emit(f"#pragma omp parallel num_threads(nt) if({dims.prod(dy.type.shape)} > GC_PAR_MIN)",
+    moved = traffic(dims, [*an.loads, an.out])
+    k.emit(f"const int gst = {stream_flag([an.out_ptr], moved)};",
+           f"#pragma omp parallel num_threads(nt) if({dims.prod(dy.type.shape)} > GC_PAR_MIN)",
            "{", *("  " + ln for ln in plane),
            f"  const int ok = {' && '.join(n + ' != NULL' for n in names)};",
            "  if (!ok) {", "    #pragma omp atomic write", "    fail = 1;", "  }",
            f"  if (ok) for (int64_t q = 0; q < {kcount * owp}; q++) G[q] = 0;",
            "  #pragma omp for schedule(static)",
            f"  for (int64_t p = 0; p < {dims.prod(dy.type.shape[:lead])}; p++) {{",
-           *("    " + ln for ln in body), "  }",
+           *("    " + ln for ln in body), "  }", "  gc_stream_fence();",
            *(f"  free({n});" for n in names), "}")
 
 
@@ -232,11 +235,11 @@ def _write_plane(k: Kernel, an: Anchored, opl: int, ow: int, owp: int) -> list[s
     t = ctype(an.result.type.dtype)
     fin = "gc_finite_d" if t.acc == "double" else "gc_finite_f"
     base = f"p * {opl}"
-    epi = ctx_gen(k.dims, an.result.type.shape, f"({base} + q)", an.loads, {an.result: "rv"},
-                  prefix="e")
+    epi = ctx_gen(k.dims, an.result.type.shape, f"({base} + i * {ow} + q)", an.loads,
+                  {an.result: "rv"}, prefix="e")
     v = epi.get(an.out)
-    sv = f"accb[i * {owp} + q - i * {ow}]"
-    return [f"for (int64_t i = 0; i < {opl // ow}; i++)",
-            f"  for (int64_t q = i * {ow}; q < (i + 1) * {ow}; q++) {{",
-            f"    nf |= !{fin}({sv});", f"    const {t.store} rv = {narrow(t, sv)};",
-            *("    " + ln for ln in epi.lines), f"    {an.out_ptr}[{base} + q] = {v};", "  }"]
+    sv = "accb[i * {owp} + q]".format(owp=owp)
+    body = [f"nf |= !{fin}({sv});", f"const {t.store} rv = {narrow(t, sv)};", *epi.lines]
+    return [f"for (int64_t i = 0; i < {opl // ow}; i++) {{",
+            *("  " + ln for ln in streamed_span(f"{an.out_ptr} + {base} + i * {ow}", ow,
+                                                t.store, t.width // 8, body, v, "gst")), "}"]

@@ -1,0 +1,144 @@
+"""The C target's fast paths agree bit for bit with the reference target.
+
+Kernels switch to other code above a size (streaming stores once a kernel moves GC_STREAM_MIN =
+16 MiB or more, read + written) or for a geometry (2x2 stride-2 pooling windows that tile a float32 plane, with SSE2).
+The random tests of test_c_target.py rarely reach them, so these tests aim at each switch:
+outputs just above and below the size, unaligned element counts (a tail after the last
+streamed block), several outputs of different widths, odd window counts per row, ties, NaN
+planes (redone by the NaN-aware pass), and fused prologues and epilogues.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import gradc
+from gradc import ops
+from gradc.ir.fused import make_fused
+from test_c_target import c_compile, check, data
+
+STREAM_MIN = 16 << 20  # bytes moved by a kernel, GC_STREAM_MIN in backends/c_prelude.py
+MIXED = 4 + 4 + 2 + 4 + 2 + 8  # bytes per element moved by _mixed_outputs_graph
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("gradc-kernels"))
+
+
+def _mixed_outputs_graph() -> gradc.Graph:
+    """One fused elementwise group with float32, float16 and float64 outputs."""
+    g = gradc.Graph("streamed")
+    x = g.input("x", "float32", ("N",))
+    dy = g.input("dy", "float32", ("N",))
+    h = g.input("h", "float16", ("N",))
+    b = gradc.Graph("ew")
+    bx, bdy, bh = b.input("x", "float32", ("N",)), b.input("dy", "float32", ("N",)), \
+        b.input("h", "float16", ("N",))
+    r = ops.relu_grad(bx, bdy)
+    b.output(ops.clip_grad(bx, r, -1.0, 2.0), "o32")
+    b.output(ops.relu_grad(bh, ops.neg(bh)), "o16")
+    b.output(ops.cast(r, "float64"), "o64")
+    node = make_fused(g, [x, dy, h], b, "elementwise")
+    for v, name in zip(node.outputs, ("o32", "o16", "o64")):
+        g.output(v, name)
+    return g
+
+
+@pytest.mark.parametrize("n", [STREAM_MIN // MIXED + 37, STREAM_MIN // MIXED - 1, 1000])
+def test_elementwise_streamed_and_plain(cache, n):
+    ex = c_compile(_mixed_outputs_graph(), cache, "streamed-mixed")
+    assert "gc_stream(" in ex.source
+    rng = np.random.default_rng(n)
+    feeds = {"x": data(rng, "float32", (n,)), "dy": data(rng, "float32", (n,)),
+             "h": data(rng, "float16", (n,))}
+    check(ex, feeds)
+
+
+def test_elementwise_streams_into_unaligned_outputs_too(cache):
+    """The C entry accepts any output pointer: a 4-byte aligned one takes the plain loop."""
+    import ctypes
+    big = STREAM_MIN // 12 + 37  # x, dy and dx: 12 bytes per element
+    g = gradc.Graph("relu_grad_big")
+    x, dy = g.input("x", "float32", (big,)), g.input("dy", "float32", (big,))
+    g.output(ops.relu_grad(x, dy), "dx")
+    ex = c_compile(g, cache)
+    rng = np.random.default_rng(0)
+    xv, dyv = data(rng, "float32", (big,)), data(rng, "float32", (big,))
+    want = ex(x=xv, dy=dyv)["dx"]
+    lib = ex._runner.lib  # the loaded library; call gradc_entry with an offset output
+    raw = np.full(big + 1, 7, np.float32)
+    out = raw[1:] if raw[1:].ctypes.data % 16 else raw[:-1]
+    ptrs = (ctypes.c_void_p * 3)(xv.ctypes.data, dyv.ctypes.data, out.ctypes.data)
+    assert lib.gradc_entry(np.zeros(1, np.int64).ctypes.data, ptrs, 2) == 0
+    np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
+
+
+def _pool_graph(spatial: tuple, epilogue: bool, prologue: bool) -> gradc.Graph:
+    h, w = spatial
+    g = gradc.Graph("pool2x2")
+    x = g.input("x", "float32", ("N", "C", h, w))
+    dy = g.input("dy", "float32", ("N", "C", h // 2, w // 2))
+    if not (epilogue or prologue):
+        g.output(ops.max_pooling_grad(x, dy, (2, 2), (2, 2)), "dx")
+        return g
+    b = gradc.Graph("mp")
+    bx, bdy = b.input("x", "float32", x.type.shape), b.input("dy", "float32", dy.type.shape)
+    d = ops.clip_grad(bdy, bdy, -1.0, 1.0) if prologue else bdy
+    a = ops.max_pooling_grad(bx, d, (2, 2), (2, 2))
+    b.output(ops.relu_grad(bx, a) if epilogue else a, "o")
+    node = make_fused(g, [x, dy], b, "max_pooling_grad")
+    g.output(node.outputs[0], "dx")
+    return g
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), hw=st.sampled_from([(2, 2), (4, 6), (6, 14), (8, 10)]),
+       fuse=st.sampled_from([(False, False), (True, False), (False, True), (True, True)]))
+def test_max_pooling_grad_2x2_tiles(cache, seed, hw, fuse):
+    """Odd and even window counts per row, ties, NaN and inf candidates, fused ops."""
+    ex = c_compile(_pool_graph(hw, *fuse), cache, f"pool2x2-{hw}-{fuse}")
+    assert "_mm_cmpgt_ps" in ex.source
+    rng = np.random.default_rng(seed)
+    n, c = int(rng.integers(1, 3)), int(rng.integers(1, 4))
+    x = data(rng, "float32", (n, c, *hw), special=seed % 3 == 0)
+    if seed % 2:
+        x = np.round(x / 2)  # ties in most windows
+    check(ex, {"x": x, "dy": data(rng, "float32", (n, c, hw[0] // 2, hw[1] // 2))})
+
+
+@pytest.mark.parametrize("fuse", [(False, False), (True, True)])
+def test_max_pooling_grad_streamed(cache, fuse):
+    """Outputs above the streaming size, with a NaN plane among them, for both pool paths."""
+    rng = np.random.default_rng(7)
+    x = np.round(rng.standard_normal((2, 400, 56, 56)).astype(np.float32))
+    x[1, 17, 3, 5] = np.nan
+    x[0, 3, 0, 0] = -np.inf
+    dy = rng.standard_normal((2, 400, 28, 28)).astype(np.float32)
+    assert 2 * x.nbytes + dy.nbytes > STREAM_MIN
+    check(c_compile(_pool_graph((56, 56), *fuse), cache), {"x": x, "dy": dy})
+    g = gradc.Graph("pool3x3")
+    gx = g.input("x", "float32", ("N", 400, 56, 56))
+    gdy = g.input("dy", "float32", ("N", 400, 28, 28))
+    g.output(ops.max_pooling_grad(gx, gdy, (3, 3), (2, 2), (1, 1), (0, 0)), "dx")
+    ex = c_compile(g, cache)
+    assert "gc_stream(" in ex.source
+    check(ex, {"x": x, "dy": dy})
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_resample_grad_streamed(cache, mode):
+    """A 2x upsample's gradient above the streaming size; an inf sends it to the general path."""
+    g = gradc.Graph("rsg")
+    dy = g.input("dy", "float32", ("N", 600, 56, 56))
+    g.output(ops.resample_grad(dy, ("N", 600, 28, 28), (1, 1, 2, 2), mode), "dx")
+    ex = c_compile(g, cache)
+    assert "gc_stream(" in ex.source
+    rng = np.random.default_rng(11)
+    v = rng.standard_normal((2, 600, 56, 56)).astype(np.float32)
+    assert v.nbytes * 5 // 4 > STREAM_MIN
+    check(ex, {"dy": v})
+    v[1, 500, 7, 9] = np.inf
+    check(ex, {"dy": v})
