@@ -53,7 +53,8 @@ GC_INLINE int gc_al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 GC_INLINE void gc_stream(void *restrict dst, const void *restrict src, size_t bytes) {
 #if GC_STREAM
   for (size_t k = 0; k < bytes; k += 16)  /* bytes is a multiple of 16 */
-    _mm_stream_si128((__m128i *)((char *)dst + k), _mm_load_si128((const __m128i *)((const char *)src + k)));
+    _mm_stream_si128((__m128i *)((char *)dst + k),
+                     _mm_load_si128((const __m128i *)((const char *)src + k)));
 #else
   memcpy(dst, src, bytes);
 #endif
@@ -65,8 +66,12 @@ GC_INLINE void gc_stream_fence(void) {  /* before the stores are read by another
 }
 #if GC_SSE2
 /* Four floats: streamed to a 16-byte aligned address (st != 0) or stored through the cache. */
-GC_INLINE void gc_put4(float *p, __m128 v, int st) { if (st) _mm_stream_ps(p, v); else _mm_storeu_ps(p, v); }
-GC_INLINE __m128 gc_sel4(__m128 m, __m128 a, __m128 b) { return _mm_or_ps(_mm_and_ps(m, a), _mm_andnot_ps(m, b)); }
+GC_INLINE void gc_put4(float *p, __m128 v, int st) {
+  if (st) _mm_stream_ps(p, v); else _mm_storeu_ps(p, v);
+}
+GC_INLINE __m128 gc_sel4(__m128 m, __m128 a, __m128 b) {  /* m ? a : b, lane-wise */
+  return _mm_or_ps(_mm_and_ps(m, a), _mm_andnot_ps(m, b));
+}
 #endif
 
 GC_INLINE float gc_bits2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }

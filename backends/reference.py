@@ -11,7 +11,8 @@ from gradc.ir.core import Graph, Node
 from gradc.ir.ops.registry import get_op
 
 
-def evaluate_node(node: Node, args: list[np.ndarray], bindings: Mapping[str, int]) -> list[np.ndarray]:
+def evaluate_node(node: Node, args: list[np.ndarray],
+                  bindings: Mapping[str, int]) -> list[np.ndarray]:
     """Run one node's reference implementation."""
     if node.body is not None:
         feeds = {v.name: a for v, a in zip(node.body.inputs, args)}

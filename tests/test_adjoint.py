@@ -1,4 +1,6 @@
-"""resample_grad is the exact adjoint of resample, slice_grad of slice: <f(x), dy> == <x, f'(dy)>."""
+"""resample_grad is the exact adjoint of resample, slice_grad of slice.
+
+<f(x), dy> == <x, f'(dy)>."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The C target's fast paths agree bit for bit with the reference target.
 
 Kernels switch to other code above a size (streaming stores once a kernel moves GC_STREAM_MIN =
-16 MiB or more, read + written) or for a geometry (2x2 stride-2 pooling windows that tile a float32 plane, with SSE2).
+16 MiB or more, read + written) or for a geometry (2x2 stride-2 pooling windows that tile a
+float32 plane, with SSE2).
 The random tests of test_c_target.py rarely reach them, so these tests aim at each switch:
 outputs just above and below the size, unaligned element counts (a tail after the last
 streamed block), several outputs of different widths, odd window counts per row, ties, NaN
