@@ -89,6 +89,7 @@ class _Plan:
 def _group_ok(n: Node, dims: Dims) -> bool:
     kind = n.attrs.get("kind")
     body = n.body
+    assert body is not None  # called for fused nodes only
     if kind == "elementwise":
         shape = body.outputs[0].type.shape
         return (all(m.op in SCALAR for m in body.nodes)

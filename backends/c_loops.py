@@ -135,7 +135,7 @@ def emit_copy(k: Kernel) -> None:
 def _slice_axes(dims: Dims, off: Sequence[int], size: Sequence[Dim], stride: Sequence[int],
                 full: Sequence[Dim], out: Sequence[Dim]) -> list[dict]:
     """Per axis: output dims, full dims, start expression and stride; contiguous runs merged."""
-    axes = []
+    axes: list[dict] = []
     for o, s, st, f, n in zip(off, size, stride, full, out):
         start = o if st >= 0 else f"({o} + {dims.expr(s)} - 1)"
         ident = o == 0 and st == 1 and dims.same(n, f)

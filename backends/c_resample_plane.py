@@ -88,12 +88,19 @@ def _c_array(name: str, ty: str, values: np.ndarray) -> str:
     return f"static const {ty} {name}[{values.size}] = {{{items}}};"
 
 
+def _static(d: int | None) -> int:
+    if d is None:
+        raise AssertionError("static_plane_path: a plane axis has a symbolic size")
+    return d
+
+
 def static_plane_path(k: Kernel, an: Anchored, lead: int) -> None:
     """Emit the plane path with baked taps (every dim of the plane axes is static)."""
     dims = k.dims
     dy, res = an.operand(0), an.result
-    ys = [dims.static(d) for d in dy.type.shape]
-    os_ = [dims.static(d) for d in res.type.shape]
+    # sizes of the plane axes (static); the leading axes are never read here: 0
+    ys = [0] * lead + [_static(dims.static(d)) for d in dy.type.shape[lead:]]
+    os_ = [0] * lead + [_static(dims.static(d)) for d in res.type.shape[lead:]]
     r = len(ys)
     a = an.anchor.attrs
     t = ctype(dy.type.dtype)

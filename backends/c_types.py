@@ -114,7 +114,7 @@ class Dims:
 
     def __init__(self, symbols: Sequence[str], fixed: dict[str, int]) -> None:
         self.symbols = list(symbols)
-        self.index = {s: i for i, s in enumerate(self.symbols)}
+        self.index: dict[Dim, int] = {s: i for i, s in enumerate(self.symbols)}
         self.fixed = dict(fixed)
 
     def static(self, d: Dim) -> int | None:

@@ -49,7 +49,8 @@ def compile(graph: Graph, target: str = "c", passes: str | Sequence[str] | None 
         from importlib import import_module
         backend = import_module(f"gradc.backends.{target}_target")
     except ImportError:
-        raise UnsupportedError(f"compile: target {target!r} is not available in this build") from None
+        raise UnsupportedError(
+            f"compile: target {target!r} is not available in this build") from None
     return backend.build(g, shapes, report=opt.report, **options)
 
 

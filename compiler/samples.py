@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 from gradc.errors import GradcError
-from gradc.ir.core import Graph
+from gradc.ir.core import Graph, Value
 from gradc import ops
 
 
@@ -24,8 +24,9 @@ def forward() -> Graph:
     x = g.input("x", "float32", ("N", 3, 16, 16))
     w = g.input("w", "float32", (1, 3, 1, 1))
     h = ops.relu(ops.mul(x, w))
-    h = ops.max_pooling(h, (3, 3), (2, 2), (1, 1), (1, 1))
-    h = ops.clip(h, 0.0, 6.0)
+    pooled = ops.max_pooling(h, (3, 3), (2, 2), (1, 1), (1, 1))
+    assert isinstance(pooled, Value)  # one result: no output_indices
+    h = ops.clip(pooled, 0.0, 6.0)
     h = ops.slice(h, (0, 0, 0, 0), ("N", 3, 8, 8), (1, 1, -1, 2))
     h = ops.resample(h, (1, 1, 2, 2), "linear")
     g.output(ops.reduce_sum(h), "loss")

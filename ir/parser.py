@@ -146,7 +146,7 @@ class Parser:
         if t.kind == "string":
             return _unquote(t.text, t)
         if t.text == "[" and t.kind == "punct":
-            items = []
+            items: list[Any] = []
             while not self.accept("]"):
                 if items:
                     self.expect(",")
@@ -171,7 +171,8 @@ class Parser:
             raise self.error("expected a static array type", start)
         self.expect(":")
         dt = t.dtype.numpy
-        count = int(np.prod(t.shape, dtype=np.int64))
+        shape = [int(d) for d in t.shape]
+        count = int(np.prod(shape, dtype=np.int64))
         if self.accept("hex"):
             s = self.next()
             if s.kind != "string":
@@ -193,7 +194,7 @@ class Parser:
             except (TypeError, ValueError, OverflowError):
                 raise self.error(f"expected values of {t.dtype}", start) from None
         self.expect(">")
-        return a.reshape(t.shape)
+        return a.reshape(shape)
 
     def parse_graph(self, depth: int = 0) -> Graph:
         if depth > MAX_DEPTH:
@@ -218,7 +219,7 @@ class Parser:
         while not (self.peek().kind == "ident" and self.peek().text == "return"):
             self.parse_node(g, env, depth)
         self.next()
-        outs = []
+        outs: list[Value] = []
         while self.peek().kind == "value":
             if outs:
                 raise self.error("expected ','")

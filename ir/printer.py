@@ -1,9 +1,9 @@
 """The deterministic text form of a graph (parsed back exactly by ``gradc.ir.parser``).
 
-    graph pool_step(%x: f32[N,64,56,56], %dy: f32[N,64,28,28]) {
-      %dx = max_pooling_grad(%x, %dy) {window_size = [2, 2], strides = [2, 2], ...} : f32[N,64,56,56]
-      return %dx
-    }
+  graph pool_step(%x: f32[N,64,56,56], %dy: f32[N,64,28,28]) {
+    %dx = max_pooling_grad(%x, %dy) {window_size = [2, 2], strides = [2, 2], ...} : f32[N,64,56,56]
+    return %dx
+  }
 
 Names that are not plain identifiers are written as JSON strings (``%"a b"``); attribute values
 are ints, floats (the shortest text that gives the stored value back), strings, ``true``/``false``,
@@ -47,7 +47,7 @@ def fmt_type(t: TensorType) -> str:
     return f"{t.dtype.short}[{dims}]"
 
 
-def fmt_float(v: float, dtype: np.dtype = np.dtype(np.float64)) -> str:
+def fmt_float(v: float, dtype: np.dtype | type[np.floating] = np.dtype(np.float64)) -> str:
     """The shortest text that parses back to the same value of ``dtype``."""
     return str(np.dtype(dtype).type(v))
 
@@ -84,7 +84,8 @@ def fmt_array(a: np.ndarray) -> str:
         else:
             body = ", ".join(str(int(x)) for x in flat)
         return f"array<{t}: [{body}]>"
-    return f'array<{t}: hex "{np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<")).tobytes().hex()}">'
+    little = np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"))
+    return f'array<{t}: hex "{little.tobytes().hex()}">'
 
 
 def fmt_node(n: Node, indent: str) -> str:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import builtins
 import enum
 from dataclasses import dataclass
-from typing import Union
+from typing import Union, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from gradc.errors import VerifyError
 
@@ -40,12 +42,12 @@ class DType(enum.Enum):
         return _SHORT[self]
 
     @property
-    def is_float(self) -> bool:
+    def is_float(self) -> builtins.bool:  # plain `bool` here is the member DType.bool
         """True for float16/32/64."""
         return self in (DType.float16, DType.float32, DType.float64)
 
     @property
-    def is_int(self) -> bool:
+    def is_int(self) -> builtins.bool:
         """True for the signed and unsigned integer types (not bool)."""
         return self.value.startswith(("int", "uint"))
 
@@ -64,7 +66,7 @@ class DType(enum.Enum):
                 return _FROM_SHORT[x]
             raise VerifyError(f"dtype: expected one of {', '.join(DType.__members__)}, got {x!r}")
         try:
-            name = np.dtype(x).name  # type: ignore[arg-type]
+            name = np.dtype(cast(npt.DTypeLike, x)).name  # anything else: TypeError
         except TypeError:
             raise VerifyError(f"dtype: expected a dtype name, got {x!r}") from None
         if name in DType.__members__:

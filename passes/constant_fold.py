@@ -21,7 +21,9 @@ from gradc.passes.rewriter import Rewriter, new_node
 
 def _small(n: Node, limit: int) -> bool:
     for v in n.outputs:
-        if not v.type.is_static or int(np.prod(v.type.shape, dtype=np.int64)) > limit:
+        if not v.type.is_static:
+            return False
+        if int(np.prod([int(d) for d in v.type.shape], dtype=np.int64)) > limit:
             return False
     return True
 

@@ -100,8 +100,8 @@ def add_zero_exact(v: Value, rw: Rewriter, depth: int = DEPTH) -> bool:
         a, b = rw.operands(p)
         return _no_negative_zero_term(a, rw, depth) or _no_negative_zero_term(b, rw, depth)
     if p.op == "constant":
-        a = np.asarray(p.attrs["value"])
-        return not (np.isnan(a).any() or ((a == 0) & np.signbit(a)).any())
+        arr = np.asarray(p.attrs["value"])
+        return not (np.isnan(arr).any() or ((arr == 0) & np.signbit(arr)).any())
     return False
 
 

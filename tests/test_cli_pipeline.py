@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import pytest
 
 import gradc
 from gradc.cli import main

@@ -80,7 +80,8 @@ def test_input_errors_name_the_input():
     good = dict(x=np.zeros((2, 6), np.float32), y=np.zeros((2, 1), np.float32))
     ex(**good)
     bad = [
-        (dict(good, x=np.zeros((2, 6), np.float64)), "input 'x': expected dtype float32, got float64"),
+        (dict(good, x=np.zeros((2, 6), np.float64)),
+         "input 'x': expected dtype float32, got float64"),
         (dict(good, y=np.zeros((3, 1), np.float32)), "input 'y': expected shape (N, 1) with N=2"),
         (dict(good, x=np.zeros((2, 5), np.float32)), "input 'x': expected shape (N, 6)"),
         ({"x": good["x"]}, "input 'y': missing"),

@@ -625,5 +625,6 @@ def test_bundled_example_file_is_the_built_model():
     from gradc.examples import build_example_model
     path = Path(__file__).resolve().parent.parent / "examples" / "cnn.onnx"
     assert path.read_bytes() == build_example_model().SerializeToString(), (
-        "examples/cnn.onnx is stale: regenerate it with `python -m gradc.examples examples/cnn.onnx`")
+        "examples/cnn.onnx is stale: regenerate it with "
+        "`python -m gradc.examples examples/cnn.onnx`")
     assert str(gradc.samples.sample("cnn")) == str(gradc.from_onnx(str(path)))

@@ -1,4 +1,7 @@
-"""The vectorized reference agrees bit for bit with the slow loop oracle (tests/slow_reference.py)."""
+"""The vectorized reference agrees bit for bit with the slow loop oracle.
+
+The oracle is in tests/slow_reference.py.
+"""
 
 from __future__ import annotations
 
@@ -175,7 +178,8 @@ def test_reduce_sum(data, dtype, shape):
     keep = data.draw(st.booleans())
     (y,) = run(lambda a: ops.reduce_sum(a, axes, keep), x)
     # slow oracle: sequential accumulation in increasing logical index order
-    acc_t = {"f": np.float64 if x.dtype == np.float64 else np.float32}.get(x.dtype.kind, x.dtype.type)
+    acc_t = {"f": np.float64 if x.dtype == np.float64 else np.float32}.get(
+        x.dtype.kind, x.dtype.type)
     kept = [i for i in range(x.ndim) if i not in axes]
     out_shape = tuple(x.shape[i] for i in kept)
     want = np.zeros(out_shape, acc_t)

@@ -36,7 +36,8 @@ def random_graph(draw):
             v = ops.relu_grad(a, draw(st.sampled_from(pool)))
         elif kind == 1:
             lo = draw(st.sampled_from([-np.inf, -1.5, 0.0, 1e-3]))
-            v = ops.clip_grad(a, draw(st.sampled_from(pool)), lo, draw(st.sampled_from([6, np.inf])))
+            b = draw(st.sampled_from(pool))
+            v = ops.clip_grad(a, b, lo, draw(st.sampled_from([6, np.inf])))
         elif kind == 2:
             v = ops.max_pooling_grad(x, a, (2, 2), (1, 1), (1, 0), (0, 1))
         elif kind == 3:

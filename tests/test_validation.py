@@ -1,4 +1,7 @@
-"""Every validation rule of SPEC.md (§1.2-§6 checklists, §8.5) raises VerifyError naming its field."""
+"""Every validation rule of SPEC.md raises VerifyError naming its field.
+
+The rules are the §1.2-§6 checklists and §8.5.
+"""
 
 from __future__ import annotations
 

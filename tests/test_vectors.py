@@ -104,7 +104,8 @@ def test_max_pooling_1_seed():
 
 
 def test_max_pooling_2_padding_tie():
-    x = np.stack([f32(1, 1, 0, 1, 1, 0, 0, 0, 5), f32(2, 3, 3, 3, 3, 1, 0, 1, 2)]).reshape(1, 2, 3, 3)
+    x = np.stack([f32(1, 1, 0, 1, 1, 0, 0, 0, 5),
+                  f32(2, 3, 3, 3, 3, 1, 0, 1, 2)]).reshape(1, 2, 3, 3)
     kw = dict(strides=(2, 2), start_padding=(1, 1), end_padding=(1, 1))
     y, i = pool(x, (2, 2), **kw)
     assert_bits(y, f32(1, 1, 1, 5, 2, 3, 3, 3).reshape(1, 2, 2, 2))
@@ -202,7 +203,8 @@ def test_resample_3_offset_reading(ipo, opo, want):
     assert_bits(dx, f32(*want))
     (dx4,) = run(lambda a: ops.resample_grad(a, (1, 1, 1, 2), (1, 1, 1, 3),
                                              input_pixel_offsets=(ipo,) * 4,
-                                             output_pixel_offsets=(opo,) * 4), dy.reshape(1, 1, 1, 6))
+                                             output_pixel_offsets=(opo,) * 4),
+                 dy.reshape(1, 1, 1, 6))
     assert_bits(dx4, f32(*want).reshape(1, 1, 1, 2))
 
 
@@ -210,7 +212,8 @@ def test_resample_4_linear_1d():
     lin = dict(interpolation_mode="linear")
     assert_bits(run(lambda a: ops.resample(a, (2,), **lin), f32(1, 2, 3, 4))[0],
                 f32(1, 1.25, 1.75, 2.25, 2.75, 3.25, 3.75, 4))
-    assert_bits(run(lambda a: ops.resample_grad(a, (4,), (2,), **lin), f32(1, 2, 3, 4, 5, 6, 7, 8))[0],
+    assert_bits(run(lambda a: ops.resample_grad(a, (4,), (2,), **lin),
+                    f32(1, 2, 3, 4, 5, 6, 7, 8))[0],
                 f32(3.25, 7, 11, 14.75))
     assert_bits(run(lambda a: ops.resample_grad(a, (4,), (2,), **lin), np.ones(8, np.float32))[0],
                 f32(2, 2, 2, 2))

@@ -111,7 +111,10 @@ def resample_grad(input_gradient: Value, output_sizes: Sequence[Any], scales: Se
 
 
 def _operands(lhs: Any, rhs: Any) -> list[Value]:
-    """Let one operand of a binary op be a Python or NumPy number (a constant of the other's dtype)."""
+    """Let one operand of a binary op be a Python or NumPy number.
+
+    The number becomes a constant of the other operand's dtype.
+    """
     if isinstance(lhs, Value) and not isinstance(rhs, Value):
         rhs = constant(np.asarray(rhs, dtype=lhs.type.dtype.numpy))
     elif isinstance(rhs, Value) and not isinstance(lhs, Value):

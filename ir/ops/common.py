@@ -7,7 +7,7 @@ import numpy as np
 from gradc.ir.types import DType
 
 # Accumulation type of the summing ops (SPEC.md §1.6).
-ACC = {
+ACC: dict[DType, type[np.floating]] = {
     DType.float16: np.float32, DType.float32: np.float32, DType.float64: np.float64,
     DType.int8: np.float32, DType.uint8: np.float32,
 }
@@ -24,7 +24,7 @@ RESAMPLE_DTYPES = F + (DType.int8, DType.uint8)
 RESAMPLE_GRAD_DTYPES = F
 
 
-def acc_dtype(dtype: np.dtype) -> type:
+def acc_dtype(dtype: np.dtype) -> type[np.floating]:
     """The accumulation NumPy type for a tensor dtype."""
     return ACC[DType.of(dtype)]
 

@@ -96,7 +96,7 @@ class Clip(OpDef):
         t = np.where(x > mx, mx, x)
         y = np.where(t < mn, mn, t)
         if x.dtype.kind == "f":
-            y = np.where(x != x, mx if mn <= mx else mn, y)
+            y = np.where(x != x, mx if np.less_equal(mn, mx) else mn, y)
         return [y.astype(x.dtype, copy=False)]
 
     def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:

@@ -47,10 +47,10 @@ class MaxPooling(OpDef):
     def infer(self, c: Checker) -> list[TensorType]:
         rank = c.rank_in("input", 4, 5)
         c.dtype_in("input", POOL_DTYPES)
-        c.static_dims("input", range(2, rank))
+        spatial = c.static_dims("input", range(2, rank))
         p = _pool_arrays(c, rank - 2)
         with_indices = c.boolean("output_indices", default=False)
-        floor = floor_sizes(c.t("input").shape[2:], p)
+        floor = floor_sizes(spatial, p)
         out = c.ints("output_sizes", rank - 2, lo=1, default=tuple(floor))
         for i, (o, f) in enumerate(zip(out, floor)):
             if o > f + 1:
@@ -88,17 +88,17 @@ class MaxPoolingGrad(OpDef):
         c.same_dtype("input_gradient", "input")
         if c.t("input_gradient").rank != rank:
             c.fail("input_gradient.rank", f"{rank} (same as input)", c.t("input_gradient").rank)
-        c.static_dims("input", range(2, rank))
-        c.static_dims("input_gradient", range(2, rank))
+        x_spatial = c.static_dims("input", range(2, rank))
+        dy_spatial = c.static_dims("input_gradient", range(2, rank))
         p = _pool_arrays(c, rank - 2)
         x, dy = c.t("input").shape, c.t("input_gradient").shape
         if dy[:2] != x[:2]:
             c.fail("input_gradient.shape", f"N, C = {x[0]}, {x[1]} (same as input)",
                    f"{dy[0]}, {dy[1]}")
-        for i, f in enumerate(floor_sizes(x[2:], p)):
-            if not 1 <= dy[2 + i] <= f + 1:
+        for i, f in enumerate(floor_sizes(x_spatial, p)):
+            if not 1 <= dy_spatial[i] <= f + 1:
                 c.fail("input_gradient.shape", f"1..{f + 1} on spatial axis {i} (floor size + 1)",
-                       dy[2 + i])
+                       dy_spatial[i])
         return [c.t("input")]
 
     def reference(self, attrs: Mapping[str, Any], x: np.ndarray,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, ClassVar, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Mapping, NoReturn, Sequence
 
 import numpy as np
 
@@ -30,7 +30,8 @@ class OpDef:
     def infer(self, c: "Checker") -> list[TensorType]:
         raise NotImplementedError
 
-    def reference(self, attrs: Mapping[str, Any], *args: np.ndarray) -> list[np.ndarray]:
+    # Each op takes its own operands (NumPy arrays), so the signature is left open here.
+    def reference(self, attrs: Mapping[str, Any], *args: Any, **kwargs: Any) -> list[np.ndarray]:
         raise NotImplementedError
 
     def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
@@ -72,7 +73,7 @@ class Checker:
         self.attrs: dict[str, Any] = {}
 
     # -- failures ---------------------------------------------------------------------
-    def fail(self, field: str, expected: str, got: object) -> VerifyError:
+    def fail(self, field: str, expected: str, got: object) -> NoReturn:
         """Raise the SPEC.md §1.5 error: ``<op>: <field>: expected <what>, got <given>``."""
         raise VerifyError(f"{self.op}: {field}: expected {expected}, got {got}")
 
@@ -113,12 +114,16 @@ class Checker:
         if a != b:
             self.fail(f"{operand}.shape", f"{fmt_shape(b)} (same as {ref})", fmt_shape(a))
 
-    def static_dims(self, operand: str, axes: Sequence[int]) -> None:
+    def static_dims(self, operand: str, axes: Sequence[int]) -> tuple[int, ...]:
         """Check that the given dims of an operand are ints, not symbols (SPEC.md §1.4)."""
         shape = self.t(operand).shape
+        out = []
         for a in axes:
-            if isinstance(shape[a], str):
-                self.fail(f"{operand}.shape[{a}]", "a static size", repr(shape[a]))
+            d = shape[a]
+            if isinstance(d, str):
+                self.fail(f"{operand}.shape[{a}]", "a static size", repr(d))
+            out.append(d)
+        return tuple(out)
 
     # -- attributes -------------------------------------------------------------------
     def _get(self, name: str, default: Any) -> Any:

@@ -10,7 +10,7 @@ import numpy as np
 from gradc.ir.core import Node, Value
 from gradc.ir.ops.common import RESAMPLE_DTYPES, RESAMPLE_GRAD_DTYPES, acc_dtype, store
 from gradc.ir.ops.registry import Checker, OpDef, make_node, register
-from gradc.ir.types import TensorType
+from gradc.ir.types import Dim, TensorType
 
 FIELDS = ("scales", "interpolation_mode", "rounding_direction", "input_pixel_offsets",
           "output_pixel_offsets")
@@ -49,7 +49,8 @@ def axis_taps(n_coords: int, n: int, scale: float, ipo: float, opo: float, mode:
     return [(i0, np.float32(1) - f), (np.minimum(i0 + 1, n - 1), f)]
 
 
-def all_taps(attrs: Mapping[str, Any], coords: Sequence[int], sizes: Sequence[int]) -> list[list[Tap]]:
+def all_taps(attrs: Mapping[str, Any], coords: Sequence[int],
+             sizes: Sequence[int]) -> list[list[Tap]]:
     """``axis_taps`` for every axis."""
     return [axis_taps(coords[d], sizes[d], attrs["scales"][d], attrs["input_pixel_offsets"][d],
                       attrs["output_pixel_offsets"][d], attrs["interpolation_mode"],
@@ -73,14 +74,15 @@ class Resample(OpDef):
         c.dtype_in("input", RESAMPLE_DTYPES)
         scales = _fields(c, rank)
         shape = c.t("input").shape
-        default = []
+        default: list[Dim | None] = []
         for i, (n, s) in enumerate(zip(shape, scales)):
             if isinstance(n, str):
                 default.append(n if s == 1.0 else None)
                 continue
             size = default_size(n, s)
             if size < 1 and c.raw.get("output_sizes") is None:
-                c.fail(f"scales[{i}]", f"a scale giving an output size >= 1 for size {n}", np.float32(s))
+                c.fail(f"scales[{i}]", f"a scale giving an output size >= 1 for size {n}",
+                       np.float32(s))
             default.append(size)
         out = c.dims("output_sizes", default=tuple(d if d is not None else 1 for d in default))
         if len(out) != rank:
@@ -102,13 +104,14 @@ class Resample(OpDef):
             return [x[np.ix_(*(t[0][0] for t in taps))]]
         a = acc_dtype(x.dtype)
         rank = x.ndim
-        acc = None
+        acc: np.ndarray | None = None
         for corner in itertools.product(*taps):  # axis 0 outermost, low tap first
             w = corner[0][1].reshape(_bshape(rank, 0))
             for d in range(1, rank):
                 w = w * corner[d][1].reshape(_bshape(rank, d))  # float32, rounded each step
             term = w.astype(a) * x[np.ix_(*(t[0] for t in corner))].astype(a)
             acc = term if acc is None else acc + term
+        assert acc is not None  # every axis has at least one tap
         return [store(x.dtype, np.broadcast_to(acc, out))]
 
     def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
@@ -147,7 +150,8 @@ class ResampleGrad(OpDef):
         return [TensorType(c.t("input_gradient").dtype, out)]
 
     def reference(self, attrs: Mapping[str, Any], dy: np.ndarray) -> list[np.ndarray]:
-        out = [dy.shape[i] if isinstance(o, str) else o for i, o in enumerate(attrs["output_sizes"])]
+        out = [dy.shape[i] if isinstance(o, str) else o
+               for i, o in enumerate(attrs["output_sizes"])]
         a = acc_dtype(dy.dtype)
         taps = all_taps(attrs, dy.shape, out)
         if np.isfinite(dy).all():
@@ -184,8 +188,8 @@ def scatter_canonical(acc: np.ndarray, dy: np.ndarray, taps: list[list[Tap]],
     for head in np.ndindex(*dy.shape[:lead]):
         flats, vals = [], []
         for corner in itertools.product(*taps):
-            flat = np.int64(0)
-            w = np.float32(1)
+            flat: np.int64 | np.ndarray = np.int64(0)
+            w: np.float32 | np.ndarray = np.float32(1)
             for d, (idx, wt) in enumerate(corner):
                 if d < lead:
                     flat = flat + idx[head[d]] * strides[d]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, overload
 
 import numpy as np
 
@@ -59,10 +59,11 @@ def _window(c: Checker, rank: int, full: Sequence[Dim], full_field: str,
     for i, s in enumerate(size):
         if isinstance(s, str):
             continue
-        if isinstance(full[i], str):
-            c.fail(f"{full_field}[{i}]", "a static size", repr(full[i]))
-        if off[i] + s > full[i]:
-            c.fail("input_window_sizes", f"offset + size <= {full[i]} on axis {i}",
+        n = full[i]
+        if isinstance(n, str):
+            c.fail(f"{full_field}[{i}]", "a static size", repr(n))
+        if off[i] + s > n:
+            c.fail("input_window_sizes", f"offset + size <= {n} on axis {i}",
                    f"{off[i]} + {s} = {off[i] + s}")
     if zero_stride_ok:
         stride = c.ints("input_window_strides", rank)
@@ -71,6 +72,10 @@ def _window(c: Checker, rank: int, full: Sequence[Dim], full_field: str,
     return off, size, stride
 
 
+@overload
+def max_count(size: int, stride: int) -> int: ...
+@overload
+def max_count(size: Dim, stride: int) -> Dim: ...
 def max_count(size: Dim, stride: int) -> Dim:
     """The largest (and default) result size of a window axis."""
     if isinstance(size, str):
@@ -129,7 +134,10 @@ class Slice(OpDef):
 
 @register
 class SliceGrad(OpDef):
-    """``slice_grad(dy, output_sizes, offsets, sizes, strides)``: scatter dy back, zeros elsewhere."""
+    """``slice_grad(dy, output_sizes, offsets, sizes, strides)``.
+
+    Scatters dy back into the window, zeros elsewhere.
+    """
 
     name = "slice_grad"
     operands = ("input_gradient",)
@@ -158,7 +166,8 @@ class SliceGrad(OpDef):
         return [TensorType(c.t("input_gradient").dtype, out)]
 
     def reference(self, attrs: Mapping[str, Any], dy: np.ndarray) -> list[np.ndarray]:
-        full = [dy.shape[i] if isinstance(o, str) else o for i, o in enumerate(attrs["output_sizes"])]
+        full = [dy.shape[i] if isinstance(o, str) else o
+                for i, o in enumerate(attrs["output_sizes"])]
         idx = source_indices(attrs["input_window_offsets"], attrs["input_window_sizes"],
                              attrs["input_window_strides"], full, dy.shape)
         dx = np.zeros(full, dy.dtype)
