@@ -208,34 +208,51 @@ def compare(case: Case, ref: np.ndarray, got: Any) -> str:
     return f"NO: max |diff| {np.nanmax(np.abs(got.astype(np.float64) - ref)):.3g}"
 
 
-def measure(fn: Callable[[], np.ndarray], case: Case, ref: np.ndarray, repeat: int,
-            budget_s: float = 10.0) -> Result:
-    """Check the first result, warm up (at least 2 calls and 0.2 s), then time `repeat` calls.
+ROUND = 3  # timed calls per peer per round
 
-    A very slow peer stops after 3 timed calls once its calls have taken `budget_s`."""
+
+def warm_up(fn: Callable[[], np.ndarray], case: Case, ref: np.ndarray) -> str:
+    """Check the first result, then call until at least 3 calls and 0.2 s (at most 20 calls)."""
     check = compare(case, ref, fn())
     t_end, calls = time.perf_counter() + 0.2, 1
     while calls < 3 or (time.perf_counter() < t_end and calls < 20):
         fn()
         calls += 1
-    times = []
+    return check
+
+
+def interleaved(fns: dict[str, Callable[[], np.ndarray]], repeat: int,
+                budget_s: float = 10.0) -> dict[str, list[float]]:
+    """Time `repeat` calls of every function, in rounds of ROUND calls per function.
+
+    Each round calls every function once untimed (its caches and threads were left by the
+    previous one) and then ROUND times timed, in an order that rotates from round to round, so
+    that a drift of the machine's memory bandwidth (other tenants) reaches all peers alike. A
+    very slow function stops once it has 3 timed calls that add up to `budget_s`.
+    """
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    keys = list(fns)
     gc.collect()
     gc.disable()
     try:
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-            if len(times) >= 3 and sum(times) > budget_s:
-                break
+        for r in range(-(-repeat // ROUND)):
+            for key in keys[r % len(keys):] + keys[:r % len(keys)]:
+                ts = times[key]
+                if len(ts) >= repeat or (len(ts) >= 3 and sum(ts) > budget_s):
+                    continue
+                fns[key]()
+                for _ in range(min(ROUND, repeat - len(ts))):
+                    t0 = time.perf_counter()
+                    fns[key]()
+                    ts.append(time.perf_counter() - t0)
     finally:
         gc.enable()
-    return Result(times=times, check=check)
+    return times
 
 
 def run_case(case: Case, peers: list[Peer], threads: list[int], repeat: int,
              results: dict[tuple[str, int, str], Result]) -> None:
-    """Time every peer on one case at every thread count."""
+    """Time every peer on one case at every thread count (peers interleaved, see above)."""
     ref = gradc.compile(case.graph, target="reference", passes=None)(**case.arrays)["dx"]
     broken: dict[str, str] = {}
     for p in peers:
@@ -244,15 +261,22 @@ def run_case(case: Case, peers: list[Peer], threads: list[int], repeat: int,
         except Exception as e:  # noqa: BLE001 - any failure makes the peer n/a, the run goes on
             broken[p.key] = why(e)
     for t in threads:
+        fns: dict[str, Callable[[], np.ndarray]] = {}
+        checks: dict[str, str] = {}
         for p in peers:
             if p.key in broken:
-                r = Result(missing=broken[p.key])
-            else:
-                try:
-                    r = measure(p.runner(t), case, ref, repeat)
-                except Exception as e:  # noqa: BLE001
-                    r = Result(missing=why(e))
-            results[(case.name, t, p.key)] = r
+                results[(case.name, t, p.key)] = Result(missing=broken[p.key])
+                continue
+            try:
+                fn = p.runner(t)
+                checks[p.key] = warm_up(fn, case, ref)
+                fns[p.key] = fn
+            except Exception as e:  # noqa: BLE001
+                results[(case.name, t, p.key)] = Result(missing=why(e))
+        for key, ts in interleaved(fns, repeat).items():
+            results[(case.name, t, key)] = Result(times=ts, check=checks[key])
+        for p in peers:
+            r = results[(case.name, t, p.key)]
             shown = f"{r.median_ms:.2f} ms {r.check}" if r.times else f"n/a ({r.missing})"
             print(f"[bench] {case.name} T={t} {p.label}: {shown}", file=sys.stderr, flush=True)
     for p in peers:
@@ -511,7 +535,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     names = list(case_builders(0))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", default="1,2", help="thread counts, e.g. 1,2 (default 1,2)")
-    ap.add_argument("--repeat", type=int, default=None, help="timed calls per peer (default 10)")
+    ap.add_argument("--repeat", type=int, default=None, help="timed calls per peer (default 12)")
     ap.add_argument("--quick", action="store_true",
                     help=f"smoke test: 3 repeats, cases {', '.join(QUICK_CASES)}")
     ap.add_argument("--cases", default=None, help=f"comma-separated subset of: {', '.join(names)}")
@@ -522,7 +546,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="leave glibc's malloc thresholds alone (allocations may page-fault)")
     args = ap.parse_args(argv)
     args.threads = [int(t) for t in args.threads.split(",") if t.strip()]
-    args.repeat = args.repeat or (3 if args.quick else 10)
+    args.repeat = args.repeat or (3 if args.quick else 12)
     chosen = args.cases.split(",") if args.cases else list(QUICK_CASES if args.quick else names)
     unknown = sorted(set(chosen) - set(names))
     if unknown or not args.threads or min(args.threads) < 1 or args.repeat < 1:
@@ -559,8 +583,9 @@ def main(argv: list[str] | None = None) -> None:
     if triad:
         triad.probe(reps)
     header.append(f"- arrays: random normal float32 (relu/clip inputs x4), seed {args.seed}; "
-                  f"{args.repeat} timed calls per peer after warm-up (>= 2 calls and 0.2 s), "
-                  f"fewer (>= 3) once they add up to 10 s; whole run "
+                  f"{args.repeat} timed calls per peer after warm-up (>= 3 calls and 0.2 s), "
+                  f"interleaved: rounds of 1 untimed + {ROUND} timed calls per peer, the peers "
+                  f"in rotating order; fewer (>= 3) once they add up to 10 s; whole run "
                   f"{time.perf_counter() - start:.0f} s")
     header.append(f"- load: {load.summary()}")
     print_report(cases, args.peers, args.threads, results, triad, header)
