@@ -67,6 +67,11 @@ class _Pool:
                    for p, e, d, s, w, n, o in zip(self.pad, self.end, self.d, self.s, self.w,
                                                   self.sp, self.out))
 
+    def separable(self) -> bool:
+        """True for 2-D float windows handled by ``_Separable`` (small, not tiling the plane)."""
+        return (self.nd == 2 and self.t.is_float and math.prod(self.w) <= MAX_UNROLL
+                and not self.tiled())
+
     def offsets_all(self) -> list[int]:
         """In-plane offsets of every tap from the window origin, in window order."""
         return self._offsets([(0, w - 1) for w in self.w])
@@ -308,6 +313,15 @@ def emit_max_pooling_grad(k: Kernel) -> None:
             return ["#if GC_SSE2", *_pairs_2x2(pool, pro, dv, st), "#else",
                     *(pool.row_pass("bi") + _tile_writes(pool, pro, dv)), "#endif"]
         body += pool.rows_by_nan(rows, ["gc_stream_fence();", zero])
+    elif pool.separable():
+        pool.nan = True
+        aware = pool.rows(pool.row_pass("bi") + scatter)
+        pool.nan = False
+        sep = _Separable(pool)
+        body += [zero, "int nanf = 0;", *sep.rows_h(), *pool.rows(sep.row_v() + scatter),
+                 "if (nanf) {", *("  " + ln for ln in [zero, *aware]), "}"]
+        pool.nan = True
+        allocs = sep.allocs()
     else:
         body += [zero] + pool.rows_by_nan(lambda: pool.row_pass("bi") + scatter, [zero])
     if buffered:
@@ -372,3 +386,78 @@ def _pairs_2x2(pool: _Pool, pro, dv: str, st: str) -> list[str]:
              "  o1[2 * ow] = w == 2 ? gb[ow] : 0.0f; o1[2 * ow + 1] = w == 3 ? gb[ow] : 0.0f;",
              "}"]
     return lines
+
+
+class _Separable:
+    """2-D windows in two passes: the argmax along each input row, then down the window rows.
+
+    Pass H: every input row of the plane is copied (widened) into a row padded with -inf, and
+    for each window column ``ow`` the first maximum of its taps along the row is kept (value and
+    column). Pass V, per output row: the first maximum of those row maxima over the window's
+    valid rows. With '>' both are first-occurrence maxima, so the pair is the window's first
+    maximum in row-major order -- the SPEC.md §5.1 argmax -- as long as no element is NaN or
+    -inf (a -inf would tie with the padding); the copy notes those (``nanf``) and such a plane
+    is redone by the NaN-aware pass. Loops run over the window columns padded to a multiple of
+    16 (the padding computes unused values), so they vectorize without remainder loops.
+    """
+
+    LANES = 16
+
+    def __init__(self, pool: _Pool) -> None:
+        self.p = pool
+        self.h, self.wd = pool.sp
+        self.owp = -(-pool.out[1] // self.LANES) * self.LANES
+        self.xlen = max((self.owp - 1) * pool.s[1] + (pool.w[1] - 1) * pool.d[1] + 1,
+                        pool.pad[1] + self.wd)
+
+    def allocs(self) -> list[tuple[str, str, str]]:
+        """Per-thread buffers: name, element type, count."""
+        ct, idx = self.p.t.compute, self.p.idx
+        return [("bi", idx, str(self.owp)), ("xp", ct, str(self.xlen)),
+                ("hm", ct, str(self.h * self.owp)), ("hk", idx, str(self.h * self.owp)),
+                ("vm", ct, str(self.owp))]
+
+    def rows_h(self) -> list[str]:
+        """Pass H over the plane's input rows into ``hm``/``hk`` (in-row column of the max)."""
+        p, t = self.p, self.p.t
+        ct, idx = t.compute, p.idx
+        s, d, pl = p.s[1], p.d[1], p.pad[1]
+        taps = [f"  {{ const {ct} v = xp[ow * {s} + {j * d}]; const _Bool tk = v > m; "
+                f"m = tk ? v : m; kk = tk ? ({idx})(ow * {s} + {j * d}) : kk; }}"
+                for j in range(1, p.w[1])]
+        return [f"for (int64_t c = 0; c < {self.xlen}; c++) xp[c] = -INFINITY;",
+                f"for (int64_t i = 0; i < {self.h}; i++) {{",
+                f"  for (int64_t c = 0; c < {self.wd}; c++) {{",
+                f"    const {ct} v = {widen(t, f'x[i * {self.wd} + c]')};",
+                f"    xp[{pl} + c] = v; nanf |= (v != v) | (v == -INFINITY);", "  }",
+                f"  {ct} *restrict hmr = hm + i * {self.owp};",
+                f"  {idx} *restrict hkr = hk + i * {self.owp};",
+                f"  for (int64_t ow = 0; ow < {self.owp}; ow++) {{",
+                f"    {ct} m = xp[ow * {s}]; {idx} kk = ({idx})(ow * {s});",
+                *("  " + ln for ln in taps),
+                f"    hmr[ow] = m; hkr[ow] = kk - {pl};", "  }", "}"]
+
+    def row_v(self) -> list[str]:
+        """Pass V for output row ``r0``: ``bi[ow]`` is the in-plane argmax, or -1 (no tap)."""
+        p = self.p
+        ct, idx = p.t.compute, p.idx
+        sh, pt, dh, kh = p.s[0], p.pad[0], p.d[0], p.w[0]
+        owp = self.owp
+        return ["int first = 1;",
+                f"for (int64_t di = 0; di < {kh}; di++) {{",
+                f"  const int64_t i = r0 * {sh} - {pt} + di * {dh};",
+                f"  if (i < 0 || i >= {self.h}) continue;",
+                f"  const {ct} *restrict hmr = hm + i * {owp};",
+                f"  const {idx} *restrict hkr = hk + i * {owp};",
+                f"  const {idx} rb = ({idx})(i * {self.wd});",
+                "  if (first) {",
+                f"    for (int64_t ow = 0; ow < {owp}; ow++) {{ vm[ow] = hmr[ow]; "
+                "bi[ow] = rb + hkr[ow]; }",
+                "  } else {",
+                f"    for (int64_t ow = 0; ow < {owp}; ow++) {{",
+                "      const _Bool tk = hmr[ow] > vm[ow];",
+                "      vm[ow] = tk ? hmr[ow] : vm[ow]; bi[ow] = tk ? rb + hkr[ow] : bi[ow];",
+                "    }", "  }", "  first = 0;", "}",
+                f"if (first) for (int64_t ow = 0; ow < {owp}; ow++) bi[ow] = -1;",
+                f"else for (int64_t ow = 0; ow < {owp}; ow++) "
+                "bi[ow] = vm[ow] == -INFINITY ? -1 : bi[ow];"]
