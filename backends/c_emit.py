@@ -11,6 +11,7 @@ source: values are numbered, and the only comments name registry op names.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
@@ -238,8 +239,11 @@ class _Builder:
             ty = k.types.get(p, ctype(v.type.dtype).store)
             sig.append(f"{ty} *restrict {p}" if is_out else f"const {ty} *restrict {p}")
         head = f"static int {name}(const int64_t *restrict S, int nt, {', '.join(sig)})"
+        text = "\n".join(k.lines)
+        unused = "".join(f" (void){params[b]};" for b, _, _ in order
+                         if not re.search(rf"\b{params[b]}\b", text))  # e.g. expand's shape
         self.kernels.append("\n".join([f"/* {n.op if n.body is None else 'fused'} */",
-                                       head + " {", "  (void)S; (void)nt;",
+                                       head + " {", "  (void)S; (void)nt;" + unused,
                                        *("  " + ln for ln in k.lines), "  return 0;", "}"]))
         args = []
         for b, v, is_out in order:

@@ -117,7 +117,6 @@ def static_plane_path(k: Kernel, an: Anchored, lead: int) -> None:
         idx = np.stack([ti for ti, _ in row_taps[d]])
         wts = np.stack([tw for _, tw in row_taps[d]])
         k.emit(_c_array(f"RI{d}", "int32_t", idx), _c_array(f"RW{d}", "float", wts))
-    k.emit(_c_array("GX", "int32_t", gx), _c_array("GW", "float", gw))
     ntap = len(next(iter(row_taps.values()))) if rows else 1
     dypl = math.prod(ys[lead:])
     orows = math.prod(os_[lead:-1])
@@ -130,9 +129,11 @@ def static_plane_path(k: Kernel, an: Anchored, lead: int) -> None:
     names = ["accb", "G"] + ([] if direct else ["dyp"])
     ones = bool(np.all(gw[gw != 0] == 1)) and all(
         np.all((w == 0) | (w == 1)) for d in rows for _, w in row_taps[d])
+    if not ones:  # the column indices are baked into the gather code (GX is not emitted)
+        k.emit(_c_array("GW", "float", gw))
     body = _plane_body(k, an, lead, ys, os_, rows, ntap, gw, gx, run, direct, dypl, opl, ones)
     moved = traffic(dims, [*an.loads, an.out])
-    k.emit(f"const int gst = {stream_flag([an.out_ptr], moved)};",
+    k.emit(f"const int gst = {stream_flag([an.out_ptr], moved)}; (void)gst;",
            f"#pragma omp parallel num_threads(nt) if({dims.prod(dy.type.shape)} > GC_PAR_MIN)",
            "{", *("  " + ln for ln in plane),
            f"  const int ok = {' && '.join(n + ' != NULL' for n in names)};",

@@ -188,3 +188,32 @@ def test_max_pooling_grad_separable(cache, seed, p, dtype):
     if seed % 5 == 0:
         xv[0, 1] = -np.inf  # a plane of -inf: every window ties at -inf
     check(ex, {"x": xv, "dy": data(rng, dtype, (2, 3, *out), special=seed % 4 == 0)})
+
+
+def test_generated_c_compiles_without_warnings(tmp_path):
+    """-Wall -Wextra -Werror on the programs of every kind of kernel (users compile it too)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from gradc.backends.c_emit import generate
+    from gradc.examples import build_example_model
+    from test_c_target import FLOATS, INTS, elementwise_graph, fused_graph
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from kernel_cases import case_builders
+
+    train = gradc.grad(gradc.from_onnx(build_example_model()))
+    graphs = [fused_graph(d) for d in FLOATS] + [elementwise_graph(d) for d in FLOATS + INTS]
+    graphs += [train, gradc.optimize(train).graph, _mixed_outputs_graph(),
+               _pool_graph((6, 14), True, True)]
+    graphs += [build().graph for build in case_builders(0).values()]
+    from gradc.backends.c_build import toolchain
+    cc = os.environ.get("CC", "cc")
+    omp = "-fopenmp" if toolchain(cc, str(tmp_path)).openmp else "-Wno-unknown-pragmas"
+    for i, g in enumerate(graphs):
+        src = tmp_path / f"g{i}.c"
+        src.write_text(generate(g).source)
+        r = subprocess.run([*cc.split(), "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", omp,
+                            "-fsyntax-only", str(src)], capture_output=True, text=True)
+        assert r.returncode == 0, f"{g.name}: {r.stderr[-2000:]}"
