@@ -217,3 +217,22 @@ def test_generated_c_compiles_without_warnings(tmp_path):
         r = subprocess.run([*cc.split(), "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", omp,
                             "-fsyntax-only", str(src)], capture_output=True, text=True)
         assert r.returncode == 0, f"{g.name}: {r.stderr[-2000:]}"
+
+
+@pytest.mark.parametrize("opts", [{"cc": "cc -U__SSE2__"}, {"openmp": False}],
+                         ids=["without-sse2", "without-openmp"])
+def test_portable_fallbacks(cache, opts):
+    """Without SSE2 (as on non-x86 machines) the plain loops run; without OpenMP one thread."""
+    import os
+    if "cc" in opts:
+        opts = {"cc": os.environ.get("CC", "cc") + " -U__SSE2__"}
+    rng = np.random.default_rng(5)
+    ex = c_compile(_mixed_outputs_graph(), cache, **opts)
+    n = STREAM_MIN // MIXED + 37
+    check(ex, {"x": data(rng, "float32", (n,)), "dy": data(rng, "float32", (n,)),
+               "h": data(rng, "float16", (n,))})
+    x = np.round(rng.standard_normal((2, 400, 56, 56)).astype(np.float32))
+    x[1, 5, 7, 7] = np.nan
+    dy = rng.standard_normal((2, 400, 28, 28)).astype(np.float32)
+    for fuse in ((False, False), (True, True)):
+        check(c_compile(_pool_graph((56, 56), *fuse), cache, **opts), {"x": x, "dy": dy})
