@@ -30,27 +30,26 @@ def _wrap0(step: Step, expr: str) -> str:
     return f"np.asarray({expr})" if step.node.outputs[0].type.rank == 0 else expr
 
 
-def emit_relu(em: FunctionEmitter, step: Step) -> None:
-    """relu: ``np.where(x > 0, x, 0)``, or zeroing in place."""
-    x = em.var(step.ins[0])
-    if em.reusable(step, [0]) is not None:
-        buf = em.in_place(step, 0)
-        em.emit(f"np.copyto({buf}, {_zero(step.ins[0])}, where=~({buf} > 0))")
+def _keep(em: FunctionEmitter, step: Step, mask: str, v: int) -> None:
+    """``np.where(mask, operand v, 0)`` through the module's ``_keep`` (in place if free)."""
+    em.module.use("_keep")
+    if em.reusable(step, [v]) is not None:
+        buf = em.in_place(step, v)
+        em.emit(f"_keep({mask}, {buf}, out={buf})")
         return
+    src = em.var(step.ins[v])
     y = em.fresh_array(step.node.outputs[0])
-    em.emit(f"{y} = np.where({x} > 0, {x}, {_zero(step.ins[0])})")
+    em.emit(f"{y} = _keep({mask}, {src})")
+
+
+def emit_relu(em: FunctionEmitter, step: Step) -> None:
+    """relu: ``np.where(x > 0, x, 0)`` (``_keep``), in place if free."""
+    _keep(em, step, f"{em.var(step.ins[0])} > 0", 0)
 
 
 def emit_relu_grad(em: FunctionEmitter, step: Step) -> None:
-    """relu_grad: ``np.where(x > 0, dy, 0)``, or zeroing dy in place."""
-    x, dy = (em.var(v) for v in step.ins)
-    zero = _zero(step.ins[1])
-    if em.reusable(step, [1]) is not None:
-        buf = em.in_place(step, 1)
-        em.emit(f"np.copyto({buf}, {zero}, where=~({x} > 0))")
-        return
-    y = em.fresh_array(step.node.outputs[0])
-    em.emit(f"{y} = np.where({x} > 0, {dy}, {zero})")
+    """relu_grad: ``np.where(x > 0, dy, 0)`` (``_keep``), in place on dy if free."""
+    _keep(em, step, f"{em.var(step.ins[0])} > 0", 1)
 
 
 def _bounds(step: Step) -> tuple[str, str, str]:
@@ -77,15 +76,8 @@ def emit_clip(em: FunctionEmitter, step: Step) -> None:
 def emit_clip_grad(em: FunctionEmitter, step: Step) -> None:
     """clip_grad: 0 where x <= min or x >= max, else dy; in place on dy if free."""
     mn, mx, _ = _bounds(step)
-    x, dy = (em.var(v) for v in step.ins)
-    zero = _zero(step.ins[1])
-    mask = f"({x} <= {mn}) | ({x} >= {mx})"
-    if em.reusable(step, [1]) is not None:
-        buf = em.in_place(step, 1)
-        em.emit(f"np.copyto({buf}, {zero}, where={mask})")
-        return
-    y = em.fresh_array(step.node.outputs[0])
-    em.emit(f"{y} = np.where({mask}, {zero}, {dy})")
+    x = em.var(step.ins[0])
+    _keep(em, step, f"~(({x} <= {mn}) | ({x} >= {mx}))", 1)  # NaN x keeps dy
 
 
 def _ufunc(name: str) -> Callable[[FunctionEmitter, Step], None]:

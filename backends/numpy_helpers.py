@@ -58,6 +58,22 @@ def _product(*pools):
 '''
 
 
+_KEEP = '''\
+def _keep(mask, v, out=None):
+    """``v`` where ``mask`` holds and +0 elsewhere, bit for bit as np.where(mask, v, 0).
+
+    Floats are multiplied as unsigned-integer bit patterns by 0 or 1: that keeps NaN payloads,
+    infinities and -0.0 where ``mask`` holds (a float multiply would not), and it runs at
+    memory speed, where np.where branches per element (slow on unpredictable masks).
+    """
+    if v.dtype.kind == "f":
+        bits = np.dtype(f"u{v.dtype.itemsize}")
+        r = np.multiply(v.view(bits), mask, out=None if out is None else out.view(bits))
+        return np.asarray(r).view(v.dtype)
+    return np.asarray(np.multiply(v, mask, out=out))
+'''
+
+
 def _acc_dtype_source() -> str:
     """``_acc_dtype``: the ACC table of ``gradc.ir.ops.common`` keyed by dtype name."""
     rows = "".join(f"    {d.value!r}: np.{t.__name__},\n" for d, t in common.ACC.items())
@@ -115,12 +131,14 @@ def _copy(name: str, func: Callable) -> str:
 def _source(name: str) -> str:
     if name == "_product":
         return _PRODUCT
+    if name == "_keep":
+        return _KEEP
     if name == "_acc_dtype":
         return _acc_dtype_source()
     return _copy(name, COPIED[name])
 
 
-ALL = ("_product", "_acc_dtype") + tuple(COPIED)
+ALL = ("_product", "_acc_dtype", "_keep") + tuple(COPIED)
 _ALLOWED = set(ALL) | set(dir(builtins)) | {"np", "_ACC"}
 
 
