@@ -93,6 +93,31 @@ def test_check_exit_1_when_a_target_disagrees(monkeypatch, capsys):
     assert "numpy" in capsys.readouterr().out
 
 
+def test_check_wants_bits_from_numpy_and_c_and_a_tolerance_from_onnx():
+    from gradc.check import identical, max_error
+    ref = np.array([0.0, 1.0, np.nan, -np.inf], np.float32)
+    nan2 = np.array([0x7FC00001], np.uint32).view(np.float32)[0]
+    assert identical(np.array([0.0, 1.0, nan2, -np.inf], np.float32), ref)  # NaN payload
+    assert not identical(np.array([-0.0, 1.0, np.nan, -np.inf], np.float32), ref)  # -0.0
+    off = np.array([0.0, np.nextafter(np.float32(1), np.float32(2)), np.nan, -np.inf], np.float32)
+    assert not identical(off, ref) and max_error(off, ref)[1]  # 1 ulp: onnx only
+    assert not max_error(np.array([0.0, 1.01, np.nan, -np.inf], np.float32), ref)[1]
+    assert not identical(ref.astype(np.float64), ref)
+
+
+def test_check_exit_1_when_numpy_is_one_ulp_off(monkeypatch, capsys):
+    import gradc.backends.numpy_target as nt
+    real = nt.NumpyRunner.__call__
+
+    def ulp(self, *args, **kwargs):
+        return {k: np.nextafter(v, np.inf).astype(v.dtype) if v.dtype.kind == "f" else v
+                for k, v in real(self, *args, **kwargs).items()}
+
+    monkeypatch.setattr(nt.NumpyRunner, "__call__", ulp)
+    assert main(["check", "example:forward", "--shape", "N=1", "--targets", "numpy"]) == 1
+    assert "expected bit-exact" in capsys.readouterr().out
+
+
 def test_compile_c_source_needs_no_compiler(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("CC", "/nonexistent/cc")
     out = tmp_path / "t.c"
