@@ -343,8 +343,11 @@ def _pairs_2x2(pool: _Pool, pro, dv: str, st: str) -> list[str]:
     replacing the maximum when strictly greater) runs lane-wise and yields the four output
     masks. dX is 0 + dY at the argmax (the reference's one addition, -0 -> +0) and +0 elsewhere.
     Only '>' is used: a plane with a NaN candidate is redone by the NaN-aware pass.
+    Streaming stores need 16-byte aligned rows: a plane and its even rows start on a multiple of
+    16 bytes (W is even); the odd rows only when W is a multiple of 4.
     """
     ow_n, width = pool.out[1], pool.sp[1]
+    st1 = st if width % 4 == 0 else "0"
     lines = [f"for (int64_t ow = 0; ow < {ow_n}; ow++) {{", *("  " + ln for ln in pro.lines),
              f"  gb[ow] = 0.0f + {widen(pool.t, dv)};", "}",
              f"const float *x0 = x + r0 * {2 * width}, *x1 = x0 + {width};",
@@ -371,7 +374,7 @@ def _pairs_2x2(pool: _Pool, pro, dv: str, st: str) -> list[str]:
              "  const __m128 bot = _mm_or_ps(_mm_and_ps(odd, td),",
              "                               _mm_andnot_ps(odd, _mm_andnot_ps(td, tc)));",
              f"  gc_put4(o0 + 2 * ow, _mm_andnot_ps(top, g), {st});",
-             f"  gc_put4(o1 + 2 * ow, _mm_and_ps(bot, g), {st});",
+             f"  gc_put4(o1 + 2 * ow, _mm_and_ps(bot, g), {st1});",
              "}",
              "nanf |= _mm_movemask_ps(nanv) != 0;",
              f"for (; ow < {ow_n}; ow++) {{",

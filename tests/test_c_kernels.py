@@ -110,6 +110,16 @@ def test_max_pooling_grad_2x2_tiles(cache, seed, hw, fuse):
     check(ex, {"x": x, "dy": data(rng, "float32", (n, c, hw[0] // 2, hw[1] // 2))})
 
 
+@pytest.mark.parametrize("width", [54, 58])
+def test_max_pooling_grad_2x2_streamed_rows_of_any_even_width(cache, width):
+    """W = 2 mod 4: every other dX row is 8 bytes off a 16-byte boundary (no streaming there)."""
+    rng = np.random.default_rng(width)
+    x = rng.standard_normal((2, 400, 54, width)).astype(np.float32)
+    dy = rng.standard_normal((2, 400, 27, width // 2)).astype(np.float32)
+    assert 2 * x.nbytes + dy.nbytes > STREAM_MIN
+    check(c_compile(_pool_graph((54, width), False, False), cache), {"x": x, "dy": dy})
+
+
 @pytest.mark.parametrize("fuse", [(False, False), (True, True)])
 def test_max_pooling_grad_streamed(cache, fuse):
     """Outputs above the streaming size, with a NaN plane among them, for both pool paths."""
