@@ -191,14 +191,19 @@ def stream_flag(out_ptrs: Sequence[str], moved: str) -> str:
     return f"(GC_STREAM && ({moved}) >= GC_STREAM_MIN && {aligned})"
 
 
-def streamed_span(dst: str, count: int, store_t: str, width: int, body: list[str], value: str,
+def streamed_span(k: Kernel, out: Value, dst: str, count: int, body: list[str], value: str,
                   st: str) -> list[str]:
     """``dst[q] = value`` for ``q < count`` (``body`` computes ``value`` from ``q``).
+
+    ``dst`` points into the buffer of ``out`` (the value stored, whose dtype may differ from the
+    anchor's when an epilogue casts), which sets the element type of the staging block.
 
     When ``st`` holds at run time (and a span is a whole number of 16-byte units, so that
     ``dst`` stays aligned from span to span) the values go through a block in registers or L1
     and out with streaming stores; otherwise a plain loop. Both compute the same expressions.
     """
+    store_t = k.types.get(k.ptr[out], ctype(out.type.dtype).store)
+    width = ctype(out.type.dtype).width // 8
     dst = f"({dst})"
     plain = [f"for (int64_t q = 0; q < {count}; q++) {{", *("  " + ln for ln in body),
              f"  {dst}[q] = {value};", "}"]

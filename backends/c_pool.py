@@ -293,7 +293,6 @@ def emit_max_pooling_grad(k: Kernel) -> None:
                *("    " + ln for ln in pro.lines),
                f"    acc[b] += ({t.acc}){widen(t, dv)};", "  }", "}"]
     zero = f"for (int64_t q = 0; q < {pool.plane}; q++) acc[q] = 0;"
-    width = t.width // 8
     moved = traffic(dims, [x, *(v for v in an.loads if v is not x), an.out])
     k.emit(f"const int gst = {stream_flag([an.out_ptr], moved)};", "(void)gst;")
     body = [f"const {t.store} *x = {an.loads[x]} + p * {pool.plane};",
@@ -330,7 +329,7 @@ def emit_max_pooling_grad(k: Kernel) -> None:
         epi = ctx_gen(dims, an.result.type.shape, f"(p * {pool.plane} + q)", an.loads,
                       {an.result: "r"}, prefix="e")
         v = epi.get(an.out)
-        body += streamed_span(f"{an.out_ptr} + p * {pool.plane}", pool.plane, t.store, width,
+        body += streamed_span(k, an.out, f"{an.out_ptr} + p * {pool.plane}", pool.plane,
                               [f"const {t.store} r = {res};", *epi.lines], v, "gst")
     _parallel(k, dims.prod(x.type.shape[:2]), str(pool.plane), allocs, body)
 

@@ -248,6 +248,5 @@ def _write_plane(k: Kernel, an: Anchored, opl: int, ow: int, owp: int) -> list[s
     v = epi.get(an.out)
     sv = "accb[i * {owp} + q]".format(owp=owp)
     body = [f"nf |= !{fin}({sv});", f"const {t.store} rv = {narrow(t, sv)};", *epi.lines]
-    return [f"for (int64_t i = 0; i < {opl // ow}; i++) {{",
-            *("  " + ln for ln in streamed_span(f"{an.out_ptr} + {base} + i * {ow}", ow,
-                                                t.store, t.width // 8, body, v, "gst")), "}"]
+    row = streamed_span(k, an.out, f"{an.out_ptr} + {base} + i * {ow}", ow, body, v, "gst")
+    return [f"for (int64_t i = 0; i < {opl // ow}; i++) {{", *("  " + ln for ln in row), "}"]
