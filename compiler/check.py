@@ -47,7 +47,7 @@ def max_error(got: np.ndarray, ref: np.ndarray) -> tuple[float, bool]:
     nan_ok = bool((np.isnan(g) == np.isnan(r)).all())
     inf_ok = bool((np.isinf(r) <= (g == r)).all())
     finite = np.isfinite(r) & np.isfinite(g)
-    diff = np.abs(g - r)[finite]
+    diff = np.abs(g[finite] - r[finite])
     err = float(diff.max(initial=0.0))
     scale = float(np.abs(r[finite]).max(initial=0.0))
     info = np.finfo(ref.dtype)
