@@ -9,6 +9,10 @@ compares with a plain '>' and notes NaN candidates; a plane that has one is redo
 NaN-aware rule. Row-major order within a plane is the canonical order of SPEC.md §5.2, so the
 sums are bit-identical to the reference. Ties keep the lowest index; NaN never wins unless every
 candidate is NaN (SPEC.md §5.1).
+
+The gradient has two faster plain passes (``emit_max_pooling_grad``): 2x2 stride-2 windows that
+tile a float32 plane (``_pairs_2x2``, SSE2), and 2-D windows that do not tile (``_Separable``:
+row maxima, then down the window rows). Both fall back to the NaN-aware pass per plane.
 """
 
 from __future__ import annotations

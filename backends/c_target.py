@@ -13,9 +13,12 @@ Layout of the program (``c_emit``): one static function per node or fused group,
 function. Fused groups never get intermediate buffers: an elementwise group is one loop; an
 anchored group evaluates its prologue per gradient element, and its epilogue when it writes the
 result -- max_pooling_grad and resample_grad accumulate each (n, c) plane in a small per-thread
-buffer (cache resident) and apply the epilogue while writing the plane out; slice_grad writes
-every element once. Index arithmetic is int64 (in-plane pooling indices are int32 when a plane
-has fewer than 2^31 elements).
+buffer (cache resident) and apply the epilogue while writing the plane out (2x2 stride-2 windows
+that tile a float32 plane are written directly, two windows per SSE2 step; other 2-D windows
+take a separable row/column argmax); slice_grad writes every element once. Kernels that move
+16 MiB or more write with streaming stores (x86-64; see ``c_prelude``). Index arithmetic is
+int64 (in-plane pooling indices are int32 when a plane has fewer than 2^31 elements). Outputs
+are allocated 64-byte aligned.
 
 Numerics (SPEC.md §1.6): float16 is widened exactly, computed in float32 and rounded once on
 store; copies and selections move bit patterns; summing ops (max_pooling_grad, resample,
