@@ -10,9 +10,10 @@ NumPy. Each peer's first result is checked against gradc's reference target befo
 available (e.g. a gradc target that raises GradcError) shows "n/a" and the run goes on. The
 bandwidth bound of a case is its compulsory traffic (inputs read once, output written once)
 divided by a STREAM triad's bandwidth measured at the same thread count (stream_triad.c,
-compiled with $CC or cc). The cases (graphs, PyTorch and NumPy versions) are in
-kernel_cases.py. Progress goes to stderr; the Markdown tables go to stdout. A full run takes
-about 1-3 minutes on 2 cores (torch.compile's first compile of each case is most of it).
+compiled with $CC or cc). The peers of one case are timed in interleaved rounds (see
+``interleaved``), so a drift of the machine's bandwidth reaches them alike. The cases (graphs,
+PyTorch and NumPy versions) are in kernel_cases.py. Progress goes to stderr; the Markdown tables
+go to stdout. A full run takes about 2-3 minutes on 2 cores.
 """
 
 from __future__ import annotations
