@@ -43,11 +43,11 @@ def compile(graph: Graph, target: str = "c", passes: str | Sequence[str] | None 
             k = sorted(options)[0]
             raise VerifyError(f"compile: {k}: expected no such option for target 'reference', "
                               f"got {options[k]!r}")
-        from gradc.backends.reference import ReferenceRunner
+        from gradc.ir.interpret import ReferenceRunner
         return Executable(g, target, ReferenceRunner(g), shapes, report=opt.report)
     try:
         from importlib import import_module
-        backend = import_module(f"gradc.backends.{target}_target")
+        backend = import_module(f"gradc.backends.{target}.target")
     except ImportError:
         raise UnsupportedError(
             f"compile: target {target!r} is not available in this build") from None
@@ -65,11 +65,11 @@ def grad(graph: Graph, wrt: Sequence[str] | None = None) -> Graph:
 
 def from_onnx(model_or_path: Any) -> Graph:
     """Import a forward ONNX model (a path, bytes or ``onnx.ModelProto``) as a graph."""
-    from gradc.onnx_import import from_onnx as _from_onnx
+    from gradc.backends.onnx.importer import from_onnx as _from_onnx
     return _from_onnx(model_or_path)
 
 
 def to_onnx(graph: Graph) -> Any:
     """Export a graph as a standard-domain ONNX model that stock onnxruntime runs."""
-    from gradc.backends.onnx_target import to_onnx as _to_onnx
+    from gradc.backends.onnx.target import to_onnx as _to_onnx
     return _to_onnx(graph)

@@ -186,7 +186,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     instruments = _instruments(args)
     shapes = parse_shapes(args.shape)
     if args.target == "c":  # the source only: no C compiler is needed to write it
-        from gradc.backends.c_emit import generate
+        from gradc.backends.c.emit import generate
         from gradc.passes import optimize
         g.verify()
         opt = optimize(g, _passes(args), instruments=instruments, symbols=shapes)

@@ -1,4 +1,4 @@
-"""Constant folding through the reference implementations (``gradc.backends.reference``).
+"""Constant folding through the reference implementations (``gradc.ir.interpret``).
 
     %c = constant() {value = array<f32[2]: [1.0, -2.0]>} : f32[2]
     %r = relu(%c) : f32[2]                  ->   %r = constant() {value = array<f32[2]: [1.0, 0.0]>}
@@ -37,7 +37,7 @@ class ConstantFold(Pass):
     max_elements: int = 4096
 
     def run(self, graph: Graph) -> PassResult:
-        from gradc.backends.reference import evaluate_node
+        from gradc.ir.interpret import evaluate_node
 
         rw = Rewriter(graph)
         folded = 0

@@ -209,7 +209,7 @@ def test_generated_c_compiles_without_warnings(tmp_path):
     import sys
     from pathlib import Path
 
-    from gradc.backends.c_emit import generate
+    from gradc.backends.c.emit import generate
     from gradc.examples import build_example_model
     from test_c_target import FLOATS, INTS, elementwise_graph, fused_graph
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -220,7 +220,7 @@ def test_generated_c_compiles_without_warnings(tmp_path):
     graphs += [train, gradc.optimize(train).graph, _mixed_outputs_graph(),
                _pool_graph((6, 14), True, True)]
     graphs += [build().graph for build in case_builders(0).values()]
-    from gradc.backends.c_build import toolchain
+    from gradc.backends.c.build import toolchain
     cc = os.environ.get("CC", "cc")
     omp = "-fopenmp" if toolchain(cc, str(tmp_path)).openmp else "-Wno-unknown-pragmas"
     for i, g in enumerate(graphs):

@@ -82,7 +82,7 @@ def test_check_reports_every_target_and_grad(capsys):
 
 
 def test_check_exit_1_when_a_target_disagrees(monkeypatch, capsys):
-    import gradc.backends.numpy_target as nt
+    import gradc.backends.numpy.target as nt
     real = nt.NumpyRunner.__call__
 
     def wrong(self, *args, **kwargs):
@@ -106,7 +106,7 @@ def test_check_wants_bits_from_numpy_and_c_and_a_tolerance_from_onnx():
 
 
 def test_check_exit_1_when_numpy_is_one_ulp_off(monkeypatch, capsys):
-    import gradc.backends.numpy_target as nt
+    import gradc.backends.numpy.target as nt
     real = nt.NumpyRunner.__call__
 
     def ulp(self, *args, **kwargs):

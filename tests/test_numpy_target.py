@@ -23,7 +23,7 @@ from hypothesis import given, settings, strategies as st
 
 import gradc
 from gradc import ops
-from gradc.backends.numpy_emit import EMITTERS
+from gradc.backends.numpy.emit import EMITTERS
 from gradc.ir.fused import make_fused
 from gradc.ir.ops.registry import REGISTRY
 

@@ -391,7 +391,7 @@ def test_fused_group_is_inlined_with_recognisable_names():
 
 
 def test_missing_lowering_is_reported_before_any_output(monkeypatch):
-    from gradc.backends import onnx_target
+    from gradc.backends.onnx import target as onnx_target
 
     monkeypatch.delitem(onnx_target.LOWERINGS, "relu")
     monkeypatch.delitem(onnx_target.LOWERINGS, "clip_grad")
@@ -468,7 +468,7 @@ def test_gradc_export_reads_back_as_the_same_graph(tmp_path):
 
 
 def test_embedded_ir_that_does_not_parse_is_a_parse_error():
-    from gradc.backends.onnx_target import IR_KEY
+    from gradc.backends.onnx.target import IR_KEY
     m = gradc.to_onnx(gradc.samples.sample("forward"))
     for p in m.metadata_props:
         if p.key == IR_KEY:

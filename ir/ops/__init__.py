@@ -13,7 +13,7 @@ import numpy as np
 
 from gradc.ir.core import Value
 from gradc.ir.ops import elementwise as _elementwise  # noqa: F401  (registers the ops)
-from gradc.ir.ops import math as _math  # noqa: F401
+from gradc.ir.ops import arith as _arith  # noqa: F401
 from gradc.ir.ops import pooling as _pooling  # noqa: F401
 from gradc.ir.ops import resample as _resample  # noqa: F401
 from gradc.ir.ops import slice as _slice  # noqa: F401

@@ -20,20 +20,20 @@ import numpy as np
 from gradc.errors import UnsupportedError
 from gradc.ir.core import Graph, Node, Value
 
-from gradc.backends.c_kernel import Kernel, broadcasts, check_anchored
-from gradc.backends.c_loops import emit_copy, emit_elementwise, emit_reduce_sum, emit_slice
-from gradc.backends.c_prelude import PRELUDE
-from gradc.backends.c_scalar import SCALAR
-from gradc.backends.c_types import Dims, ctype
+from gradc.backends.c.kernel import Kernel, broadcasts, check_anchored
+from gradc.backends.c.loops import emit_copy, emit_elementwise, emit_reduce_sum, emit_slice
+from gradc.backends.c.prelude import PRELUDE
+from gradc.backends.c.scalar import SCALAR
+from gradc.backends.c.ctypes_map import Dims, ctype
 
 Emitter = Callable[[Kernel], None]
 ANCHORED = ("max_pooling_grad", "slice_grad", "resample_grad")
 
 
 def _emitters() -> dict[str, Emitter]:
-    from gradc.backends.c_pool import emit_max_pooling, emit_max_pooling_grad
-    from gradc.backends.c_resample import emit_resample, emit_resample_grad
-    from gradc.backends.c_slice_grad import emit_slice_grad
+    from gradc.backends.c.pool import emit_max_pooling, emit_max_pooling_grad
+    from gradc.backends.c.resample import emit_resample, emit_resample_grad
+    from gradc.backends.c.slice_grad import emit_slice_grad
     table: dict[str, Emitter] = {op: emit_elementwise for op in SCALAR}
     table.update({
         "slice": emit_slice, "slice_grad": emit_slice_grad, "reduce_sum": emit_reduce_sum,

@@ -12,9 +12,9 @@ from typing import Sequence
 from gradc.ir.core import Value
 from gradc.ir.types import Dim
 
-from gradc.backends.c_kernel import Kernel, omp_for, padded, stream_flag, traffic
-from gradc.backends.c_scalar import ExprGen, needed_inputs, wrap
-from gradc.backends.c_types import Dims, ctype, strides
+from gradc.backends.c.kernel import Kernel, omp_for, padded, stream_flag, traffic
+from gradc.backends.c.scalar import ExprGen, needed_inputs, wrap
+from gradc.backends.c.ctypes_map import Dims, ctype, strides
 
 
 # -- elementwise groups --------------------------------------------------------------------

@@ -67,10 +67,10 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from gradc.backends.onnx_emit import ELEM, IR_VERSION, OPSET, Emitter, Tensor
-from gradc.backends.onnx_lowering import lower_arith_table
-from gradc.backends.onnx_pooling import lower_pool_table
-from gradc.backends.onnx_resample import lower_resample_table
+from gradc.backends.onnx.emit import ELEM, IR_VERSION, OPSET, Emitter, Tensor
+from gradc.backends.onnx.lower_arith import lower_arith_table
+from gradc.backends.onnx.lower_pooling import lower_pool_table
+from gradc.backends.onnx.lower_resample import lower_resample_table
 from gradc.errors import GradcError, UnsupportedError, VerifyError
 from gradc.executable import Executable
 from gradc.ir.core import Graph, Node, Value
@@ -205,7 +205,7 @@ def _fold(e: Emitter, node: Node, args: list[Tensor]) -> list[Tensor] | None:
             not v.type.is_static or _size(v.type.shape) > FOLD_LIMIT for v in node.outputs):
         return None
     else:
-        from gradc.backends.reference import evaluate_node
+        from gradc.ir.interpret import evaluate_node
         with np.errstate(all="ignore"):
             out = evaluate_node(node, [np.asarray(t.value) for t in args], {})
     return [e.const(np.asarray(a), v.type.dtype) for a, v in zip(out, node.outputs)]

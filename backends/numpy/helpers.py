@@ -22,7 +22,7 @@ from gradc.errors import GradcError
 
 # gradc.ir.ops re-exports builders under the module names, so load the modules themselves.
 common = importlib.import_module("gradc.ir.ops.common")
-math = importlib.import_module("gradc.ir.ops.math")
+math = importlib.import_module("gradc.ir.ops.arith")
 pooling = importlib.import_module("gradc.ir.ops.pooling")
 resample = importlib.import_module("gradc.ir.ops.resample")
 

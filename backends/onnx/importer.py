@@ -39,8 +39,8 @@ import numpy as np
 from gradc.errors import GradcError, ParseError, UnsupportedError, VerifyError
 from gradc.ir.core import Graph, Value
 from gradc.ir.types import DType
-from gradc.onnx_import_node import CONVERTERS, OnnxNode, dtype_of, tensor_to_array
-from gradc import onnx_import_ops, onnx_import_resize  # noqa: F401  (register converters)
+from gradc.backends.onnx.import_node import CONVERTERS, OnnxNode, dtype_of, tensor_to_array
+from gradc.backends.onnx import import_ops, import_resize  # noqa: F401  (register converters)
 
 __all__ = ["from_onnx", "load_model"]
 
@@ -58,7 +58,7 @@ def from_onnx(model_or_path: Any) -> Graph:
 
 def embedded_graph(model: Any) -> Graph | None:
     """The gradc graph embedded by ``to_onnx``, if the ONNX graph is still the one exported."""
-    from gradc.backends.onnx_target import IR_HASH_KEY, IR_KEY, graph_digest
+    from gradc.backends.onnx.target import IR_HASH_KEY, IR_KEY, graph_digest
     from gradc.ir.parser import parse
 
     props = {p.key: p.value for p in model.metadata_props}

@@ -23,10 +23,10 @@ import math
 from gradc.ir.ops.common import lowest
 from gradc.ir.ops.pooling import POOL_FIELDS
 
-from gradc.backends.c_kernel import (Kernel, anchored, ctx_gen, stream_flag, streamed_span,
+from gradc.backends.c.kernel import (Kernel, anchored, ctx_gen, stream_flag, streamed_span,
                                      traffic)
-from gradc.backends.c_scalar import narrow, widen
-from gradc.backends.c_types import CType, ctype, literal
+from gradc.backends.c.scalar import narrow, widen
+from gradc.backends.c.ctypes_map import CType, ctype, literal
 
 MAX_UNROLL = 64  # windows with more taps use the bounds-checked loop everywhere
 

@@ -37,9 +37,9 @@ from gradc.errors import GradcError
 from gradc.executable import Executable
 from gradc.ir.core import Graph
 
-from gradc.backends.c_build import compile_library
-from gradc.backends.c_emit import generate
-from gradc.backends.c_runtime import CRunner
+from gradc.backends.c.build import compile_library
+from gradc.backends.c.emit import generate
+from gradc.backends.c.runtime import CRunner
 
 
 

@@ -19,7 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
-from gradc.backends.onnx_emit import Emitter, Tensor
+from gradc.backends.onnx.emit import Emitter, Tensor
 from gradc.ir.core import Node
 from gradc.ir.ops.common import lowest
 from gradc.ir.types import Dim, DType

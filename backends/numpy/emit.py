@@ -16,8 +16,8 @@ from gradc.ir.core import Value
 from gradc.ir.ops.slice import copy_start
 from gradc.ir.types import Dim
 
-from gradc.backends.numpy_function import FunctionEmitter, Slot, Step
-from gradc.backends.numpy_text import dtype_expr, scalar
+from gradc.backends.numpy.function import FunctionEmitter, Slot, Step
+from gradc.backends.numpy.text import dtype_expr, scalar
 
 
 # -- elementwise ops ------------------------------------------------------------------------

@@ -8,8 +8,8 @@ from typing import Sequence
 from gradc.ir.core import Graph, Node, Value
 from gradc.ir.types import Dim
 
-from gradc.backends.c_scalar import SCALAR, ExprGen, used_operands
-from gradc.backends.c_types import Dims, ctype, strides
+from gradc.backends.c.scalar import SCALAR, ExprGen, used_operands
+from gradc.backends.c.ctypes_map import Dims, ctype, strides
 
 
 @dataclass

@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from onnx import numpy_helper
 
-from gradc.backends.onnx_emit import INT64_MIN, Emitter, Tensor
+from gradc.backends.onnx.emit import INT64_MIN, Emitter, Tensor
 from gradc.ir.core import Node
 from gradc.ir.types import DType
 

@@ -24,10 +24,10 @@ from gradc.errors import GradcError, UnsupportedError, VerifyError
 from gradc.executable import Executable
 from gradc.ir.core import Graph, Node
 
-from gradc.backends.numpy_emit import EMITTERS
-from gradc.backends.numpy_function import emit_function
-from gradc.backends.numpy_helpers import helpers_source
-from gradc.backends.numpy_text import Namer, array_literal, literal, string
+from gradc.backends.numpy.emit import EMITTERS
+from gradc.backends.numpy.function import emit_function
+from gradc.backends.numpy.helpers import helpers_source
+from gradc.backends.numpy.text import Namer, array_literal, literal, string
 
 
 

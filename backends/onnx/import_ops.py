@@ -1,6 +1,6 @@
 """ONNX converters for everything but Resize: elementwise and structural ops, Slice, MaxPool.
 
-Each follows SPEC.md §7; see ``gradc.onnx_import`` for the importer that drives them.
+Each follows SPEC.md §7; see ``gradc.backends.onnx.importer`` for the importer that drives them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from gradc.ir.core import Value
 from gradc.ir.ops.common import CLIP_DTYPES, POOL_DTYPES, RELU_DTYPES, SLICE_DTYPES
 from gradc.ir.ops.registry import Checker
 from gradc.ir.types import NUMERIC, DType
-from gradc.onnx_import_node import (
+from gradc.backends.onnx.import_node import (
     Context, OnnxNode, Produced, converter, dtype_of, elem_type_name, int_list,
     normalize_axes, require_dtype, require_rank,
 )

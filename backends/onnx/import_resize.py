@@ -19,7 +19,7 @@ from gradc import ops
 from gradc.errors import UnsupportedError, VerifyError
 from gradc.ir.ops.common import RESAMPLE_DTYPES
 from gradc.ir.ops.resample import default_size
-from gradc.onnx_import_node import (
+from gradc.backends.onnx.import_node import (
     Context, OnnxNode, Produced, converter, float_list, int_list, normalize_axes,
     require_dtype, require_rank,
 )

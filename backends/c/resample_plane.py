@@ -19,10 +19,10 @@ import numpy as np
 
 from gradc.ir.ops.resample import axis_taps
 
-from gradc.backends.c_kernel import (Anchored, Kernel, ctx_gen, stream_flag, streamed_span,
+from gradc.backends.c.kernel import (Anchored, Kernel, ctx_gen, stream_flag, streamed_span,
                                      traffic)
-from gradc.backends.c_scalar import narrow, widen
-from gradc.backends.c_types import ctype, float_literal
+from gradc.backends.c.scalar import narrow, widen
+from gradc.backends.c.ctypes_map import ctype, float_literal
 
 LANES = 16
 

@@ -21,7 +21,7 @@ from gradc.errors import GradcError
 from gradc.ir.core import Graph, Node, Value
 from gradc.ir.types import Dim
 
-from gradc.backends.numpy_text import Namer, show, string
+from gradc.backends.numpy.text import Namer, show, string
 
 INF = 1 << 62
 _PLACEHOLDER = re.compile("\x00([0-9]+)\x00")  # never in escaped text: ascii() escapes NUL

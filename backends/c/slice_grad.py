@@ -8,8 +8,8 @@ epilogue is applied to every output element, zero or copied.
 
 from __future__ import annotations
 
-from gradc.backends.c_kernel import Anchored, Kernel, anchored, ctx_gen, omp_for
-from gradc.backends.c_types import Dims, ctype, literal
+from gradc.backends.c.kernel import Anchored, Kernel, anchored, ctx_gen, omp_for
+from gradc.backends.c.ctypes_map import Dims, ctype, literal
 
 
 def _axes(k: Kernel, an: Anchored) -> list[dict]:

@@ -14,7 +14,7 @@ from gradc.errors import UnsupportedError
 from gradc.ir.core import Node, Value
 from gradc.ir.types import DType
 
-from gradc.backends.c_types import CType, compute_literal, ctype, literal
+from gradc.backends.c.ctypes_map import CType, compute_literal, ctype, literal
 
 Scalar = Callable[[Node, list[str]], str]
 

@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from gradc.backends.onnx_emit import Emitter, Tensor
+from gradc.backends.onnx.emit import Emitter, Tensor
 from gradc.ir.core import Node
 from gradc.ir.ops.resample import axis_taps
 from gradc.ir.types import Dim, DType

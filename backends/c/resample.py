@@ -21,10 +21,10 @@ from __future__ import annotations
 import itertools
 
 
-from gradc.backends.c_kernel import Kernel, anchored, ctx_gen, omp_for
-from gradc.backends.c_resample_plane import static_plane_path
-from gradc.backends.c_scalar import narrow, widen
-from gradc.backends.c_types import CType, Dims, ctype, float_literal, strides
+from gradc.backends.c.kernel import Kernel, anchored, ctx_gen, omp_for
+from gradc.backends.c.resample_plane import static_plane_path
+from gradc.backends.c.scalar import narrow, widen
+from gradc.backends.c.ctypes_map import CType, Dims, ctype, float_literal, strides
 
 
 def _tables(k: Kernel, coords: tuple, sizes: tuple) -> None:
