@@ -1,14 +1,20 @@
-"""The public entry points that wire the stages together: compile, parse, (later) grad and ONNX."""
+"""The public entry points that wire the stages together: compile, grad, ONNX in and out."""
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from gradc.errors import GradcError, UnsupportedError, VerifyError
+import onnx
+
+from gradc.autodiff import grad as _grad
+from gradc.backends import TARGETS
+from gradc.backends.onnx.importer import from_onnx as _from_onnx
+from gradc.backends.onnx.target import to_onnx as _to_onnx
+from gradc.errors import GradcError, VerifyError
 from gradc.executable import Executable
 from gradc.ir.core import Graph
-
-TARGETS = ("reference", "numpy", "c", "onnx")
+from gradc.passes import Optimized, optimize
+from gradc.ir.verify import verify
 
 
 def _check_shapes(shapes: Mapping[str, int] | None) -> dict[str, int]:
@@ -20,6 +26,21 @@ def _check_shapes(shapes: Mapping[str, int] | None) -> dict[str, int]:
     return out
 
 
+def _prepare(graph: Graph, target: str, passes: str | Sequence[str] | None,
+             shapes: Mapping[str, int] | None, instruments: Sequence[Any],
+             verify_each: bool) -> tuple[Optimized, dict[str, int]]:
+    """Check the arguments, verify the graph and run the pass pipeline."""
+    if not isinstance(graph, Graph):
+        raise VerifyError(f"compile: graph: expected a gradc.Graph, got {type(graph).__name__}")
+    if target not in TARGETS:
+        raise VerifyError(f"compile: target: expected one of {', '.join(TARGETS)}, got {target!r}")
+    bound = _check_shapes(shapes)
+    verify(graph)
+    opt = optimize(graph, passes, instruments=instruments, verify_each=verify_each,
+                   symbols=bound)
+    return opt, bound
+
+
 def compile(graph: Graph, target: str = "c", passes: str | Sequence[str] | None = "default",
             shapes: Mapping[str, int] | None = None, instruments: Sequence[Any] = (),
             verify_each: bool = True, **options: Any) -> Executable:
@@ -28,48 +49,33 @@ def compile(graph: Graph, target: str = "c", passes: str | Sequence[str] | None 
     ``instruments`` and ``verify_each`` go to the pass pipeline (``gradc.optimize``); the other
     keyword options go to the target (for example ``threads=2`` for ``"c"`` and ``"onnx"``).
     """
-    if not isinstance(graph, Graph):
-        raise VerifyError(f"compile: graph: expected a gradc.Graph, got {type(graph).__name__}")
-    if target not in TARGETS:
-        raise VerifyError(f"compile: target: expected one of {', '.join(TARGETS)}, got {target!r}")
-    shapes = _check_shapes(shapes)
-    graph.verify()
-    from gradc.passes import optimize
-    opt = optimize(graph, passes, instruments=instruments, verify_each=verify_each,
-                   symbols=shapes)
-    g = opt.graph
-    if target == "reference":
-        if options:
-            k = sorted(options)[0]
-            raise VerifyError(f"compile: {k}: expected no such option for target 'reference', "
-                              f"got {options[k]!r}")
-        from gradc.ir.interpret import ReferenceRunner
-        return Executable(g, target, ReferenceRunner(g), shapes, report=opt.report)
-    try:
-        from importlib import import_module
-        backend = import_module(f"gradc.backends.{target}.target")
-    except ImportError:
-        raise UnsupportedError(
-            f"compile: target {target!r} is not available in this build") from None
-    return backend.build(g, shapes, report=opt.report, **options)
+    opt, bound = _prepare(graph, target, passes, shapes, instruments, verify_each)
+    lowered = TARGETS[target].lower(opt.graph, bound, **options)
+    return Executable(opt.graph, target, lowered.runner, bound, source=lowered.source,
+                      model=lowered.model, contiguous=lowered.contiguous, report=opt.report)
 
 
-__all__ = ["compile", "GradcError"]
+def artifact(graph: Graph, target: str, passes: str | Sequence[str] | None = "default",
+             shapes: Mapping[str, int] | None = None,
+             instruments: Sequence[Any] = ()) -> str | bytes:
+    """The program a target makes of a graph (C or NumPy source, ONNX bytes), not loaded."""
+    opt, bound = _prepare(graph, target, passes, shapes, instruments, True)
+    return TARGETS[target].artifact(opt.graph, bound)
+
+
+__all__ = ["compile", "artifact", "grad", "from_onnx", "to_onnx", "GradcError"]
 
 
 def grad(graph: Graph, wrt: Sequence[str] | None = None) -> Graph:
     """The vector-Jacobian-product (training) graph of a forward graph (API.md)."""
-    from gradc.autodiff import grad as _grad
     return _grad(graph, wrt)
 
 
 def from_onnx(model_or_path: Any) -> Graph:
     """Import a forward ONNX model (a path, bytes or ``onnx.ModelProto``) as a graph."""
-    from gradc.backends.onnx.importer import from_onnx as _from_onnx
     return _from_onnx(model_or_path)
 
 
-def to_onnx(graph: Graph) -> Any:
+def to_onnx(graph: Graph) -> onnx.ModelProto:
     """Export a graph as a standard-domain ONNX model that stock onnxruntime runs."""
-    from gradc.backends.onnx.target import to_onnx as _to_onnx
     return _to_onnx(graph)

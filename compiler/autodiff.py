@@ -16,7 +16,7 @@ import numpy as np
 from gradc.errors import VerifyError
 from gradc.ir.core import Graph, Value
 from gradc.ir.ops.registry import get_op, make_node
-from gradc.ir.rewrite import rebuild
+from gradc.ir.verify import verify
 
 
 def _wrt(graph: Graph, wrt: Sequence[str] | None) -> list[Value]:
@@ -58,7 +58,7 @@ def grad(graph: Graph, wrt: Sequence[str] | None = None) -> Graph:
     """The VJP graph of ``graph`` with respect to ``wrt`` (default: every floating input)."""
     if not isinstance(graph, Graph):
         raise VerifyError(f"grad: graph: expected a gradc.Graph, got {type(graph).__name__}")
-    graph.verify()
+    verify(graph)
     targets = [v.name for v in _wrt(graph, wrt)]
     names = {v.name for v in graph.values()}
     new_names = [f"grad_{v.name}" for v in graph.outputs] + [f"grad_{n}" for n in targets]
@@ -66,7 +66,7 @@ def grad(graph: Graph, wrt: Sequence[str] | None = None) -> Graph:
         if n in names or new_names.count(n) > 1:
             raise VerifyError(f"grad: {n}: expected a name not used in graph {graph.name!r}, "
                               "got a clash (rename the value)")
-    g = rebuild(graph)
+    g = graph.copy()
     forward_nodes = len(g.nodes)
     g.name = graph.name if graph.name.endswith("_grad") else f"{graph.name}_grad"
     cot: dict[Value, Value] = {}
@@ -101,7 +101,4 @@ def _drop_unused_backward(g: Graph, forward_nodes: int) -> None:
         if i < forward_nodes or any(v in live for v in n.outputs):
             keep.append(n)
             live.update(n.inputs)
-        else:
-            for v in n.outputs:
-                g._names.discard(v.name)
-    g.nodes[:] = reversed(keep)
+    g.retain(reversed(keep))

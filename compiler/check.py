@@ -17,12 +17,33 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from gradc.api import compile
+from gradc.api import grad as make_grad
+from gradc.backends import TARGETS as ALL_TARGETS
 from gradc.errors import GradcError, UnsupportedError
 from gradc.ir.core import Graph, Value
 from gradc.ir.ops.registry import make_node
 
-TARGETS = ("numpy", "c", "onnx")
-EXACT_TARGETS = ("numpy", "c")  # canonical order and roundings: bit for bit (SPEC.md §1.6)
+TARGETS = tuple(k for k in ALL_TARGETS if k != "reference")  # each compared with the reference
+
+
+def random_inputs(g: Graph, shapes: Mapping[str, int],
+                  seed: int = 0) -> dict[str, np.ndarray]:
+    """Random arrays for every input (symbolic dims default to 2)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for v in g.inputs:
+        shape = tuple(shapes.get(d, 2) if isinstance(d, str) else d for d in v.type.shape)
+        dt = v.type.dtype.numpy
+        if dt.kind == "f":
+            out[v.name] = rng.standard_normal(shape).astype(dt)
+        elif dt.kind == "b":
+            out[v.name] = rng.integers(0, 2, shape).astype(dt)
+        else:
+            info = np.iinfo(dt)
+            out[v.name] = rng.integers(max(info.min, -100), min(info.max, 100) + 1, shape,
+                                       dtype=dt)
+    return out
 
 
 def identical(got: np.ndarray, ref: np.ndarray) -> bool:
@@ -58,9 +79,6 @@ def max_error(got: np.ndarray, ref: np.ndarray) -> tuple[float, bool]:
 def compare_targets(g: Graph, targets: Sequence[str], shapes: Mapping[str, int],
                     seed: int = 0) -> tuple[list[str], bool]:
     """Rows of a table of the largest differences from the reference, and whether all pass."""
-    from gradc.api import compile
-    from gradc.cli import random_inputs
-
     feeds = random_inputs(g, dict(shapes), seed)
     ref = compile(g, target="reference", passes=None)(**feeds)
     rows = [f"{'target':10} {'output':24} {'max |diff|':>12}  status"]
@@ -73,7 +91,7 @@ def compare_targets(g: Graph, targets: Sequence[str], shapes: Mapping[str, int],
             continue
         for name, want in ref.items():
             err, good = max_error(out[name], want)
-            if t in EXACT_TARGETS:
+            if ALL_TARGETS[t].exact:  # canonical order and roundings: bit for bit (§1.6)
                 good = identical(out[name], want)
                 status = "bit-exact" if good else "MISMATCH (expected bit-exact)"
             else:
@@ -112,11 +130,8 @@ def to_float64(g: Graph) -> Graph:
 def finite_differences(g: Graph, shapes: Mapping[str, int], seed: int = 0,
                        points: int = 6, h: float = 1e-6) -> list[tuple[str, float, float]]:
     """(input, largest |analytic - numeric|, scale) per differentiated input of ``g``."""
-    from gradc.api import compile, grad
-    from gradc.cli import random_inputs
-
     g64 = to_float64(g)
-    t = grad(g64)
+    t = make_grad(g64)
     feeds = random_inputs(g64, dict(shapes), seed)
     rng = np.random.default_rng(seed + 1)
     cot = {f"grad_{v.name}": rng.standard_normal(
@@ -151,8 +166,6 @@ def finite_differences(g: Graph, shapes: Mapping[str, int], seed: int = 0,
 def run_check(g: Graph, grad: bool = False, shapes: Mapping[str, int] | None = None,
               seed: int = 0, targets: Sequence[str] | None = None) -> int:
     """Print the comparison tables; 0 when everything agrees, 1 otherwise."""
-    from gradc.api import grad as make_grad
-
     shapes = dict(shapes or {})
     targets = list(targets or TARGETS)
     graphs = [("graph", g)] + ([("training graph", make_grad(g))] if grad else [])

@@ -10,8 +10,16 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from gradc.api import artifact, compile, from_onnx, grad, to_onnx
+from gradc.backends import TARGETS
+from gradc.check import compare_targets, random_inputs, run_check
 from gradc.errors import GradcError
+from gradc.examples import EXAMPLES, example
 from gradc.ir.core import Graph
+from gradc.ir.parser import parse
+from gradc.passes import instruments_from_flags
+from gradc.show import show
+from gradc.ir.verify import verify
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 70
@@ -24,14 +32,12 @@ class CliError(GradcError):
 def load_graph(path: str) -> Graph:
     """Read a graph from ``example:NAME``, a ``.onnx`` file or a text-IR file."""
     if path.startswith("example:"):
-        from gradc.samples import sample
-        return sample(path[len("example:"):])
+        return example(path[len("example:"):])
     if not os.path.exists(path):
         raise CliError(f"{path}: no such file")
     if os.path.isdir(path):
         raise CliError(f"{path}: is a directory")
     if path.endswith(".onnx"):
-        from gradc.api import from_onnx
         try:
             return from_onnx(path)
         except GradcError as e:
@@ -46,7 +52,6 @@ def load_graph(path: str) -> Graph:
             text = f.read()
     except (OSError, UnicodeDecodeError) as e:
         raise CliError(f"{path}: cannot read text IR ({e.__class__.__name__}: {e})") from None
-    from gradc.ir.parser import parse
     try:
         return parse(text)
     except GradcError as e:
@@ -84,24 +89,6 @@ def parse_shapes(items: Sequence[str] | None) -> dict[str, int]:
     return out
 
 
-def random_inputs(g: Graph, shapes: dict[str, int], seed: int = 0) -> dict[str, np.ndarray]:
-    """Random arrays for every input (symbolic dims default to 2)."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    for v in g.inputs:
-        shape = tuple(shapes.get(d, 2) if isinstance(d, str) else d for d in v.type.shape)
-        dt = v.type.dtype.numpy
-        if dt.kind == "f":
-            out[v.name] = rng.standard_normal(shape).astype(dt)
-        elif dt.kind == "b":
-            out[v.name] = rng.integers(0, 2, shape).astype(dt)
-        else:
-            info = np.iinfo(dt)
-            out[v.name] = rng.integers(max(info.min, -100), min(info.max, 100) + 1, shape,
-                                       dtype=dt)
-    return out
-
-
 def summarize(name: str, a: np.ndarray) -> str:
     """One line per array: shape, dtype and a few statistics."""
     stats = ""
@@ -114,7 +101,7 @@ def summarize(name: str, a: np.ndarray) -> str:
 # -- subcommands -----------------------------------------------------------------------------
 def cmd_verify(args: argparse.Namespace) -> int:
     g = load_graph(args.file)
-    g.verify()
+    verify(g)
     print(f"{args.file}: ok: graph {g.name!r}, {len(g.inputs)} inputs, {len(g.nodes)} nodes, "
           f"{len(g.outputs)} outputs")
     return 0
@@ -131,7 +118,6 @@ def cmd_print(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from gradc.api import compile
     g = load_graph(args.file)
     shapes = parse_shapes(args.shape)
     ex = compile(g, target=args.target, passes=_passes(args), shapes=shapes)
@@ -147,7 +133,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_grad(args: argparse.Namespace) -> int:
-    from gradc.api import grad, to_onnx
     g = load_graph(args.file)
     t = grad(g, args.wrt or None)
     if args.check:
@@ -162,44 +147,24 @@ def cmd_grad(args: argparse.Namespace) -> int:
 
 
 def _check_onnx_agrees(t: Graph, shapes: dict[str, int]) -> None:
-    from gradc.api import compile
-    from gradc.check import compare_targets
     rows, ok = compare_targets(t, ["onnx"], shapes)
     for line in rows:
         print(line)
     if not ok:
         raise CliError("the ONNX training graph disagrees with the reference target")
     print("onnxruntime agrees with the reference target on every output")
-    del compile
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from gradc.check import run_check
     g = load_graph(args.file)
     return run_check(g, grad=args.grad, shapes=parse_shapes(args.shape), seed=args.seed,
                      targets=args.targets.split(",") if args.targets else None)
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from gradc.api import compile
     g = load_graph(args.file)
-    instruments = _instruments(args)
-    shapes = parse_shapes(args.shape)
-    if args.target == "c":  # the source only: no C compiler is needed to write it
-        from gradc.backends.c.emit import generate
-        from gradc.passes import optimize
-        g.verify()
-        opt = optimize(g, _passes(args), instruments=instruments, symbols=shapes)
-        data: bytes | str = generate(opt.graph, shapes).source
-        return _write_output(args, data)
-    ex = compile(g, target=args.target, passes=_passes(args), shapes=shapes,
-                 instruments=instruments)
-    if args.target == "onnx":
-        data = ex.model.SerializeToString()
-    elif ex.source is not None:
-        data = ex.source
-    else:
-        data = str(ex.graph) + "\n"
+    data = artifact(g, args.target, passes=_passes(args), shapes=parse_shapes(args.shape),
+                    instruments=_instruments(args))
     return _write_output(args, data)
 
 
@@ -215,7 +180,6 @@ def _write_output(args: argparse.Namespace, data: bytes | str) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from gradc.show import show
     g = load_graph(args.file)
     text = show(g, fmt=args.format, passes=_passes(args), shapes=parse_shapes(args.shape))
     if args.output:
@@ -236,7 +200,6 @@ def _passes(args: argparse.Namespace) -> Any:
 
 
 def _instruments(args: argparse.Namespace) -> list:
-    from gradc.passes import instruments_from_flags
     return instruments_from_flags(print_after_all=args.print_after_all,
                                   print_after_change=args.print_after_change,
                                   diff=args.print_diff, time_passes=args.time_passes,
@@ -272,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run a graph on random inputs and summarize the outputs")
     _common(p, passes=True)
     p.add_argument("-t", "--target", default="reference",
-                   choices=["reference", "numpy", "c", "onnx"])
+                   choices=list(TARGETS))
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(fn=cmd_run)
 
@@ -286,7 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("compile", help="optimize and lower a graph for a target")
     _common(p, passes=True)
-    p.add_argument("-t", "--target", required=True, choices=["c", "numpy", "onnx"])
+    p.add_argument("-t", "--target", required=True,
+                   choices=[k for k, t in TARGETS.items() if t.artifact_kind is not None])
     p.add_argument("-o", "--output", help="output file (default: stdout for text)")
     p.add_argument("--print-after-all", action="store_true", help="print the IR after each pass")
     p.add_argument("--print-after-change", action="store_true",
@@ -319,8 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _list_examples() -> int:
-    from gradc.samples import SAMPLES
-    for name, fn in sorted(SAMPLES.items()):
+    for name, fn in sorted(EXAMPLES.items()):
         print(f"example:{name:12} {(fn.__doc__ or '').strip()}")
     return 0
 

@@ -1,12 +1,24 @@
-"""Bundled example models (ONNX), built in code so that no binary file ships with gradc."""
+"""The built-in examples: graphs usable as ``example:NAME`` and the bundled ONNX model.
+
+``EXAMPLES`` maps a name to a function that builds the graph (``gradc examples`` lists them);
+``build_example_model`` builds the forward ONNX model that ships as ``examples/cnn.onnx``
+(``python -m gradc.examples OUT.onnx`` writes it), in code so no binary file is needed.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
+from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["build_example_model"]
+from gradc.autodiff import grad
+from gradc.backends.onnx.importer import from_onnx
+from gradc.errors import GradcError
+from gradc.ir import builders as ops
+from gradc.ir.core import Graph, Value
+
+__all__ = ["EXAMPLES", "example", "build_example_model"]
 
 
 def build_example_model() -> Any:
@@ -16,8 +28,6 @@ def build_example_model() -> Any:
     other column from the end) -> Resize linear 2x half_pixel -> + b -> ReduceSum`` gives the
     per-sample loss ``loss[N]``.
     """
-    from onnx import TensorProto, helper, numpy_helper
-
     rng = np.random.default_rng(0)
     inits = [
         numpy_helper.from_array(rng.uniform(0.5, 2.0, (1, 3, 1, 1)).astype(np.float32), "w"),
@@ -53,6 +63,54 @@ def build_example_model() -> Any:
                               producer_name="gradc.examples")
     model.ir_version = 8
     return model
+
+
+
+def pool_step() -> Graph:
+    """The max-pooling gradient of API.md's example."""
+    g = Graph("pool_step")
+    x = g.input("x", "float32", ("N", 64, 56, 56))
+    dy = g.input("dy", "float32", ("N", 64, 28, 28))
+    g.output(ops.max_pooling_grad(x, dy, window_size=(2, 2), strides=(2, 2)), "dx")
+    return g
+
+
+def forward() -> Graph:
+    """A small forward network that uses all five forward operators."""
+    g = Graph("forward")
+    x = g.input("x", "float32", ("N", 3, 16, 16))
+    w = g.input("w", "float32", (1, 3, 1, 1))
+    h = ops.relu(ops.mul(x, w))
+    pooled = ops.max_pooling(h, (3, 3), (2, 2), (1, 1), (1, 1))
+    assert isinstance(pooled, Value)  # one result: no output_indices
+    h = ops.clip(pooled, 0.0, 6.0)
+    h = ops.slice(h, (0, 0, 0, 0), ("N", 3, 8, 8), (1, 1, -1, 2))
+    h = ops.resample(h, (1, 1, 2, 2), "linear")
+    g.output(ops.reduce_sum(h), "loss")
+    return g
+
+
+def train_step() -> Graph:
+    """The training (VJP) graph of ``forward``."""
+    return grad(forward())
+
+
+def cnn() -> Graph:
+    """The bundled ONNX model (examples/cnn.onnx) imported: all five forward ops, batch dim N."""
+    return from_onnx(build_example_model())
+
+
+EXAMPLES: dict[str, Callable[[], Graph]] = {
+    "pool_step": pool_step, "forward": forward, "train_step": train_step, "cnn": cnn,
+}
+
+
+def example(name: str) -> Graph:
+    """A built-in example graph by name."""
+    if name not in EXAMPLES:
+        raise GradcError(f"example:{name}: no such built-in example (have: "
+                         f"{', '.join(sorted(EXAMPLES))})")
+    return EXAMPLES[name]()
 
 
 if __name__ == "__main__":  # python -m gradc.examples OUT.onnx: write the bundled model

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
+from gradc.backends.target import Runner
 from gradc.errors import InputError
 from gradc.ir.core import Graph
-
-Runner = Callable[[Mapping[str, np.ndarray], Mapping[str, int]], dict[str, np.ndarray]]
 
 
 def bind_inputs(graph: Graph, arrays: Mapping[str, Any], shapes: Mapping[str, int] | None,

@@ -1,4 +1,19 @@
-"""``gradc.ops``: the operator builders (defined once in ``gradc.ir.ops``)."""
+"""``gradc.ops``: the operator builders, one per registered op (see ``gradc.ir.builders``)."""
 
-from gradc.ir.ops import *  # noqa: F401,F403
-from gradc.ir.ops import __all__  # noqa: F401
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from gradc.ir import builders as _builders
+from gradc.ir.ops.registry import REGISTRY, OpDef, get_op
+
+__all__ = [*_builders.__all__, "REGISTRY", "OpDef", "get_op"]
+
+
+def __getattr__(name: str) -> Callable[..., Any]:
+    """``gradc.ops.relu`` and ``from gradc.ops import relu`` (PEP 562)."""
+    return _builders.__getattr__(name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_builders.__all__))

@@ -4,10 +4,12 @@
     open("g.dot", "w").write(gradc.show.to_dot(g))       # dot -Tsvg g.dot > g.svg
     open("g.html", "w").write(gradc.show.to_html(g))     # runs the default pipeline
 
-The HTML page draws the graph before and after the pipeline with Graphviz (the ``dot`` program,
-inline SVG) and lists, per pass, its time, statistics, diff and IR. Without ``dot`` on the PATH,
-or for graphs too large to lay out, it shows a plain listing instead. Every user-supplied name is
-escaped for dot and for HTML; the page loads nothing from outside.
+The HTML page draws the graph before and after the pipeline as inline SVG and lists, per pass,
+its time, statistics, diff and IR. Graphviz (the ``dot`` program) draws the pictures when it is on
+the PATH; otherwise gradc's own layout (``gradc.svg``) draws the same boxes, clusters, colours and
+edges, and a note under each picture says which one drew it. Graphs too large to draw get a plain
+listing. Every user-supplied name is escaped for dot, SVG and HTML; the page loads nothing from
+outside.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ import shutil
 import subprocess
 from typing import Any, Mapping, Sequence
 
+from gradc import svg
+from gradc.errors import GradcError
 from gradc.ir.core import Graph, Node, Value
+from gradc.ir.fused import anchors_group, is_elementwise
 from gradc.ir.printer import fmt_name, fmt_type
 from gradc.passes import Optimized, optimize
 from gradc.passes.instruments import unified_diff
@@ -25,7 +30,6 @@ from gradc.passes.instruments import unified_diff
 MAX_DRAWN_NODES = 1500
 COLORS = {"fused": "#fde2b8", "elementwise": "#dbeafe", "anchor": "#fecaca", "other": "#e5e7eb",
           "constant": "#f3f4f6"}
-ANCHORS = ("max_pooling_grad", "slice_grad", "resample_grad")
 
 
 # -- text --------------------------------------------------------------------------------------
@@ -58,13 +62,11 @@ def dot_quote(text: str) -> str:
 def _color(n: Node) -> str:
     if n.body is not None:
         return COLORS["fused"]
-    if n.op in ANCHORS:
+    if anchors_group(n.op):
         return COLORS["anchor"]
     if n.op == "constant":
         return COLORS["constant"]
-    from gradc.ir.ops.registry import REGISTRY
-    d = REGISTRY.get(n.op)
-    return COLORS["elementwise" if d is not None and "elementwise" in d.traits else "other"]
+    return COLORS["elementwise" if is_elementwise(n) else "other"]
 
 
 def _node_label(n: Node) -> str:
@@ -177,9 +179,64 @@ def render_svg(dot_source: str, timeout: float = 60.0) -> str | None:
         return None
     if r.returncode != 0:
         return None
-    svg = r.stdout.decode("utf-8", "replace")
-    start = svg.find("<svg")
-    return svg[start:] if start >= 0 else None
+    text = r.stdout.decode("utf-8", "replace")
+    start = text.find("<svg")
+    return text[start:] if start >= 0 else None
+
+
+# -- built-in layout (no Graphviz) -------------------------------------------------------------
+class _FigureWriter:
+    """Builds what ``_DotWriter`` writes (boxes, fused bodies as groups, edges) as a figure."""
+
+    def __init__(self) -> None:
+        self.edges: list[tuple[str, str]] = []
+        self.count = 0
+
+    def new_key(self, prefix: str) -> str:
+        self.count += 1
+        return f"{prefix}{self.count}"
+
+    def graph(self, g: Graph, source: dict[Value, str]) -> list[svg.Item]:
+        """g's nodes as boxes and groups; ``source`` maps each value to its producer's key."""
+        items: list[svg.Item] = []
+        for n in g.nodes:
+            if n.body is not None:
+                items.append(self.fused(n, source))
+                continue
+            key = self.new_key("n")
+            items.append(svg.Box(key, _node_label(n), _color(n), css="op"))
+            self.edges += [(source[v], key) for v in dict.fromkeys(n.inputs)]
+            for v in n.outputs:
+                source[v] = key
+        return items
+
+    def fused(self, n: Node, source: dict[Value, str]) -> svg.Group:
+        """A fused node's body as a group, titled as its dot cluster is."""
+        body = n.body
+        assert body is not None
+        inner = {b: source[v] for b, v in zip(body.inputs, n.inputs)}
+        items = self.graph(body, inner)
+        for v, b in zip(n.outputs, body.outputs):
+            source[v] = inner[b]
+        return svg.Group(f"fused: {n.attrs.get('kind', '')}", items, COLORS["fused"])
+
+    def whole(self, g: Graph) -> svg.Figure:
+        """The graph's inputs, nodes and returns, titled as ``to_dot`` titles it."""
+        source = {v: self.new_key("i") for v in g.inputs}
+        items: list[svg.Item] = [
+            svg.Box(source[v], f"{fmt_name(v.name)}\n{fmt_type(v.type)}", "#ffffff", "ellipse",
+                    "input") for v in g.inputs]
+        items += self.graph(g, source)
+        for v in g.outputs:
+            key = self.new_key("o")
+            items.append(svg.Box(key, "return " + fmt_name(v.name), "#ffffff", "plain", "output"))
+            self.edges.append((source[v], key))
+        return svg.Figure("graph " + g.name, items, self.edges)
+
+
+def to_figure(graph: Graph) -> svg.Figure:
+    """The picture ``to_dot`` describes, for gradc's built-in layout (``gradc.svg``)."""
+    return _FigureWriter().whole(graph)
 
 
 # -- html --------------------------------------------------------------------------------------
@@ -205,16 +262,18 @@ def _esc(text: Any) -> str:
 
 
 def drawing(graph: Graph) -> str:
-    """An inline SVG drawing of the graph, or a plain listing (no dot, or too large)."""
+    """Inline SVG of the graph by Graphviz dot, else by gradc's layout; too large: a listing."""
     size = sum(1 + (len(n.body.nodes) if n.body is not None else 0) for n in graph.nodes)
-    svg = render_svg(to_dot(graph)) if size <= MAX_DRAWN_NODES else None
-    if svg is not None:
-        return svg
-    why = "Graphviz dot not found" if shutil.which("dot") is None else "not drawn"
     if size > MAX_DRAWN_NODES:
-        why = f"{size} nodes: too large to draw"
-    return f'<p class="note">({_esc(why)}; listing instead)</p><pre class="listing">' \
-           f"{_esc(str(graph))}</pre>"
+        return f'<p class="note">({size} nodes: too large to draw; listing instead)</p>' \
+               f'<pre class="listing">{_esc(str(graph))}</pre>'
+    picture = render_svg(to_dot(graph))
+    if picture is not None:
+        return f'{picture}<p class="note drawn-by">drawn by Graphviz dot</p>'
+    # dot is missing (or failed): pip installs everything the built-in layout needs.
+    why = "Graphviz dot not found" if shutil.which("dot") is None else "Graphviz dot failed"
+    note = f"drawn by gradc's built-in layout ({why})"
+    return f'{svg.to_svg(to_figure(graph))}<p class="note drawn-by">{_esc(note)}</p>'
 
 
 def _diff_html(before: str, after: str, name: str) -> str:
@@ -288,6 +347,5 @@ def show(graph: Graph, fmt: str = "text", passes: str | Sequence[Any] | None = "
         return to_dot(graph) if opt is None else to_dot_pair(graph, opt.graph)
     if fmt == "html":
         return to_html(graph, opt if opt is not None else optimize(graph, None, symbols=shapes))
-    from gradc.errors import GradcError
     raise GradcError(f"show: format: expected text, dot or html, got {fmt!r}")
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import struct
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from gradc.errors import VerifyError
+from gradc.ir.printer import print_graph
 from gradc.ir.types import DType, TensorType
 
 
@@ -59,17 +61,46 @@ class Node:
 
 
 class Graph:
-    """A named graph: typed inputs, nodes in topological order, named outputs."""
+    """A named graph: typed inputs, nodes in topological order, named outputs.
+
+    ``inputs``, ``nodes`` and ``outputs`` are read-only tuples: a graph changes only through
+    its methods (``input``, ``append``, ``output``, ``add_output``, ``retain``), which keep its
+    names unique. Passes never change a graph; they build a new one (``gradc.ir.rebuild``).
+    A graph is mutable, so it is unhashable; ``==`` is ``structurally_equal``.
+    """
 
     def __init__(self, name: str = "main") -> None:
         if not isinstance(name, str) or not name:
             raise VerifyError(f"graph: name: expected a non-empty string, got {name!r}")
         self.name = name
-        self.inputs: list[Value] = []
-        self.nodes: list[Node] = []
-        self.outputs: list[Value] = []
+        self._inputs: list[Value] = []
+        self._nodes: list[Node] = []
+        self._outputs: list[Value] = []
+        self._views: dict[str, tuple] = {}
         self._names: set[str] = set()
         self._counter = 0
+
+    # -- the parts, read-only -------------------------------------------------------------
+    def _view(self, key: str, items: list) -> tuple:
+        view = self._views.get(key)
+        if view is None or len(view) != len(items):
+            view = self._views[key] = tuple(items)
+        return view
+
+    @property
+    def inputs(self) -> tuple[Value, ...]:
+        """The graph's inputs, in order."""
+        return self._view("inputs", self._inputs)
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        """The nodes in topological order."""
+        return self._view("nodes", self._nodes)
+
+    @property
+    def outputs(self) -> tuple[Value, ...]:
+        """The graph's outputs, in order (a value may not appear twice)."""
+        return self._view("outputs", self._outputs)
 
     # -- naming ---------------------------------------------------------------------------
     def fresh_name(self) -> str:
@@ -79,6 +110,10 @@ class Graph:
         name = str(self._counter)
         self._counter += 1
         return name
+
+    def uses_name(self, name: str) -> bool:
+        """True when a value of this graph has the name."""
+        return name in self._names
 
     def _claim(self, name: str, what: str) -> str:
         if not isinstance(name, str) or not name:
@@ -105,29 +140,38 @@ class Graph:
                               f"{shape!r}")
         t = TensorType(DType.of(dtype), tuple(shape))
         v = Value(self._claim(name, "input"), t, None, self)
-        self.inputs.append(v)
+        self._inputs.append(v)
         return v
 
     def output(self, value: Value, name: str | None = None) -> Value:
-        """Mark a value as a graph output, optionally renaming it; returns the output value."""
+        """Mark a value as a graph output, optionally renaming it; returns the output value.
+
+        An input, a value that is already an output, or a value whose name cannot change is
+        returned through an ``identity`` copy.
+        """
         if not isinstance(value, Value) or value.graph is not self:
             raise VerifyError(f"output: value: expected a value of graph {self.name!r}, "
                               f"got {value!r}")
-        needs_copy = value.producer is None or value in self.outputs
+        needs_copy = value.producer is None or value in self._outputs
         if name is not None and name != value.name and not needs_copy and name not in self._names:
             self.rename(value, name)
         elif needs_copy or (name is not None and name != value.name):
-            from gradc.ir.ops.registry import make_node
-            value = make_node("identity", [value], {})
+            value = self.identity(value)
             if name is not None:
                 self.rename(value, name)
-        self.outputs.append(value)
+        self._outputs.append(value)
         return value
 
-    def constant(self, array: Any, dtype: DType | str | None = None) -> Value:
-        """Add a constant node holding a copy of ``array``."""
-        from gradc.ir.ops.registry import make_node
-        return make_node("constant", [], {"value": _as_array(array, dtype)}, graph=self)
+    def identity(self, value: Value) -> Value:
+        """Append ``identity(value)`` (its type is the operand's, so no inference is needed)."""
+        return self.append(Node("identity", [value], {}, [value.type])).outputs[0]
+
+    def add_output(self, value: Value) -> None:
+        """Mark a value of this graph as an output as it is (no renaming, no copy)."""
+        if value.graph is not self or value in self._outputs:
+            raise VerifyError(f"output: value: expected a value of graph {self.name!r} that is "
+                              f"not an output yet, got {value!r}")
+        self._outputs.append(value)
 
     def append(self, node: Node) -> Node:
         """Append a node whose operands are already in this graph, naming its results."""
@@ -136,59 +180,70 @@ class Graph:
                 v.name = self.fresh_name()
             self._claim(v.name, node.op)
             v.graph = self
-        self.nodes.append(node)
+        self._nodes.append(node)
         return node
+
+    def retain(self, nodes: Iterable[Node]) -> None:
+        """Keep only ``nodes`` (a subset of this graph's, in order); their names stay taken."""
+        keep = list(nodes)
+        kept = set(keep)
+        for n in self._nodes:
+            if n not in kept:
+                self._names.difference_update(v.name for v in n.outputs)
+        self._nodes = keep
 
     # -- inspection -----------------------------------------------------------------------
     def values(self) -> list[Value]:
         """Every value of the graph: inputs, then node results in order."""
-        return list(self.inputs) + [v for n in self.nodes for v in n.outputs]
+        return list(self._inputs) + [v for n in self._nodes for v in n.outputs]
 
     def users(self) -> dict[Value, list[Node]]:
         """Map from each value to the nodes that use it, in node order."""
         out: dict[Value, list[Node]] = {v: [] for v in self.values()}
-        for n in self.nodes:
+        for n in self._nodes:
             for v in n.inputs:
                 out.setdefault(v, []).append(n)
         return out
 
-    def to_networkx(self):
+    def to_networkx(self) -> Any:
         """The dependence graph as a ``networkx.DiGraph`` of nodes (edges carry the value)."""
-        import networkx as nx
+        import networkx as nx  # lazy: 0.2 s to load, and only the analyses that need it use it
 
         dg = nx.DiGraph()
-        for i, n in enumerate(self.nodes):
+        for i, n in enumerate(self._nodes):
             dg.add_node(n, index=i)
-        for n in self.nodes:
+        for n in self._nodes:
             for v in n.inputs:
                 if v.producer is not None and v.producer in dg:
                     dg.add_edge(v.producer, n, value=v)
         return dg
 
-    def verify(self) -> "Graph":
-        """Check the graph's invariants (see ``gradc.ir.verify``); returns self."""
-        from gradc.ir.verify import verify
-        verify(self)
-        return self
-
     def copy(self) -> "Graph":
-        """A deep copy that shares no values or nodes with this graph."""
-        from gradc.ir.parser import parse
-        return parse(str(self))
+        """A deep copy that shares no values or nodes with this graph (bodies copied too)."""
+        new = Graph(self.name)
+        vmap = {v: new.input(v.name, v.type.dtype, v.type.shape) for v in self._inputs}
+        for n in self._nodes:
+            body = n.body.copy() if n.body is not None else None
+            m = Node(n.op, [vmap[x] for x in n.inputs], n.attrs, [v.type for v in n.outputs],
+                     body=body, name=n.name)
+            for old, v in zip(n.outputs, m.outputs):
+                v.name = old.name
+                vmap[old] = v
+            new.append(m)
+        for v in self._outputs:
+            new.add_output(vmap[v])
+        return new
 
     def __str__(self) -> str:
-        from gradc.ir.printer import print_graph
         return print_graph(self)
 
     def __repr__(self) -> str:
-        return f"<Graph {self.name}: {len(self.inputs)} inputs, {len(self.nodes)} nodes>"
+        return f"<Graph {self.name}: {len(self._inputs)} inputs, {len(self._nodes)} nodes>"
 
     def __eq__(self, other: object) -> bool:
-        # The printed form is canonical and complete, so it is the structural identity.
-        return isinstance(other, Graph) and str(self) == str(other)
+        return isinstance(other, Graph) and structurally_equal(self, other)
 
-    def __hash__(self) -> int:
-        return id(self)
+    __hash__ = None  # type: ignore[assignment]  # mutable, like a list
 
     def __enter__(self) -> "Graph":
         _GRAPH_STACK.append(self)
@@ -196,6 +251,72 @@ class Graph:
 
     def __exit__(self, *exc: object) -> None:
         _GRAPH_STACK.pop()
+
+
+def structurally_equal(a: Graph, b: Graph) -> bool:
+    """True when two graphs have the same name, inputs, nodes (ops, operands, attributes,
+    result names and types, bodies) and outputs; what ``parse(str(g))`` preserves."""
+    return _structure_difference(a, b) is None
+
+
+def structure_difference(a: Graph, b: Graph) -> str | None:
+    """The first difference between two graphs, in words, or None when structurally equal."""
+    return _structure_difference(a, b)
+
+
+def _structure_difference(a: Graph, b: Graph) -> str | None:
+    if a.name != b.name:
+        return f"graph names {a.name!r} and {b.name!r}"
+    if len(a._inputs) != len(b._inputs) or len(a._nodes) != len(b._nodes):
+        return (f"graph {a.name!r}: {len(a._inputs)} inputs, {len(a._nodes)} nodes against "
+                f"{len(b._inputs)} inputs, {len(b._nodes)} nodes")
+    index: dict[Value, int] = {}
+    other: dict[Value, int] = {}
+    for i, (x, y) in enumerate(zip(a._inputs, b._inputs)):
+        if x.name != y.name or x.type != y.type:
+            return f"input {i}: %{x.name}: {x.type} against %{y.name}: {y.type}"
+        index[x], other[y] = i, i
+    for k, (m, n) in enumerate(zip(a._nodes, b._nodes)):
+        why = _node_difference(m, n, index, other)
+        if why is not None:
+            return f"node {k} ({m.op}): {why}"
+        for x, y in zip(m.outputs, n.outputs):
+            index[x], other[y] = len(index), len(other)
+    if [index.get(v) for v in a._outputs] != [other.get(v) for v in b._outputs]:
+        return "the outputs"
+    return None
+
+
+def _node_difference(m: Node, n: Node, index: dict[Value, int],
+                     other: dict[Value, int]) -> str | None:
+    if m.op != n.op or m.name != n.name:
+        return f"{m.op} against {n.op}"
+    if [index.get(v) for v in m.inputs] != [other.get(v) for v in n.inputs]:
+        return "operands"
+    if [(v.name, v.type) for v in m.outputs] != [(v.name, v.type) for v in n.outputs]:
+        return "results"
+    if list(m.attrs) != list(n.attrs) or any(not _same_attr(m.attrs[k], n.attrs[k])
+                                             for k in m.attrs):
+        return "attributes"
+    if (m.body is None) != (n.body is None):
+        return "body"
+    if m.body is not None and n.body is not None:
+        return _structure_difference(m.body, n.body)
+    return None
+
+
+def _same_attr(x: Any, y: Any) -> bool:
+    """Equal values of one type; floats and arrays compared bit for bit (-0.0, NaN payloads)."""
+    if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+        return (isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and x.dtype == y.dtype
+                and x.shape == y.shape and x.tobytes() == y.tobytes())
+    if type(x) is not type(y):
+        return False
+    if isinstance(x, (tuple, list)):
+        return len(x) == len(y) and all(_same_attr(a, b) for a, b in zip(x, y))
+    if isinstance(x, float):
+        return struct.pack("<d", x) == struct.pack("<d", y)
+    return bool(x == y)
 
 
 _GRAPH_STACK: list[Graph] = []
@@ -206,7 +327,7 @@ def current_graph() -> Graph | None:
     return _GRAPH_STACK[-1] if _GRAPH_STACK else None
 
 
-def _as_array(array: Any, dtype: DType | str | None) -> np.ndarray:
+def as_array(array: Any, dtype: DType | str | None) -> np.ndarray:
     if isinstance(array, Value):
         raise VerifyError("constant: value: expected an array, got a graph value")
     try:

@@ -11,6 +11,8 @@ import numpy as np
 from gradc.errors import GradcError, ParseError
 from gradc.ir.core import Graph, Node, Value
 from gradc.ir.types import DType, TensorType
+from gradc.ir.fused import infer_fused
+from gradc.ir.ops.registry import infer_node
 
 _TOKEN = re.compile(r"""
     (?P<ws>[ \t\r\n]+|\#[^\n]*)
@@ -290,15 +292,8 @@ class Parser:
 def build_node(op: str, args: list[Value], attrs: dict[str, Any], body: Graph | None,
                types: list[TensorType], tok: _Tok) -> Node:
     """Check a parsed statement against the op's definition and make the node."""
-    from gradc.ir.ops.registry import infer_node
-
     try:
         if body is not None:
-            try:
-                from gradc.ir.fused import infer_fused
-            except ImportError:
-                raise ParseError(f"{op}: body: expected no body (fused nodes are not "
-                                 "supported)", tok.line, tok.col) from None
             norm, inferred = infer_fused(op, args, attrs, body)
         else:
             _, norm, inferred = infer_node(op, [a.type for a in args], attrs)

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gradc.ir.core import Graph, Node, Value
 from gradc.ir.types import DType, TensorType
+
+if TYPE_CHECKING:  # the printer reads graphs; the graph prints itself through it
+    from gradc.ir.core import Graph, Node, Value
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
 _VALUE_NAME = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*|[0-9]+)\Z")

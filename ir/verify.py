@@ -5,6 +5,8 @@ from __future__ import annotations
 from gradc.errors import GradcError, VerifyError
 from gradc.ir.core import Graph, Node
 from gradc.ir.printer import fmt_node, fmt_name
+from gradc.ir.fused import infer_fused
+from gradc.ir.ops.registry import infer_node
 
 
 def _context(g: Graph, index: int) -> str:
@@ -21,11 +23,9 @@ def _fail(g: Graph, index: int, msg: str) -> VerifyError:
 
 
 def _check_node(g: Graph, i: int, n: Node) -> None:
-    from gradc.ir.ops.registry import infer_node
 
     try:
         if n.body is not None:
-            from gradc.ir.fused import infer_fused
             verify(n.body)
             attrs, types = infer_fused(n.op, list(n.inputs), dict(n.attrs), n.body)
         else:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gradc.ir.interpret import evaluate_node
 from gradc.ir.core import Graph, Node
 from gradc.passes.manager import Pass, PassResult, register_pass
 from gradc.passes.rewriter import Rewriter, new_node
@@ -37,8 +38,6 @@ class ConstantFold(Pass):
     max_elements: int = 4096
 
     def run(self, graph: Graph) -> PassResult:
-        from gradc.ir.interpret import evaluate_node
-
         rw = Rewriter(graph)
         folded = 0
         for n in graph.nodes:

@@ -17,7 +17,7 @@ from typing import Any
 from gradc.ir.core import Graph, Node, Value
 from gradc.ir.printer import fmt_attr, print_graph
 from gradc.passes.manager import Pass, PassResult, register_pass
-from gradc.passes.rewriter import emit
+from gradc.ir.rebuild import rebuild_graph
 
 
 def node_key(n: Node, operands: tuple[Value, ...]) -> tuple[Any, ...]:
@@ -50,5 +50,5 @@ class CommonSubexpressionElimination(Pass):
         if not repl:
             return PassResult(graph, False, {"nodes-removed": 0})
         removed = len(graph.nodes) - len(keep)
-        return PassResult(emit(graph, keep, lambda v: repl.get(v, v)), True,
+        return PassResult(rebuild_graph(graph, keep, lambda v: repl.get(v, v)), True,
                           {"nodes-removed": removed})

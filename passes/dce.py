@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from gradc.ir.core import Graph
 from gradc.passes.manager import Pass, PassResult, register_pass
-from gradc.passes.rewriter import emit
+from gradc.ir.rebuild import rebuild_graph
 
 
 @register_pass
@@ -34,4 +34,4 @@ class DeadCodeElimination(Pass):
         if not removed:
             return PassResult(graph, False, {"nodes-removed": 0})
         keep.reverse()
-        return PassResult(emit(graph, keep), True, {"nodes-removed": removed})
+        return PassResult(rebuild_graph(graph, keep), True, {"nodes-removed": removed})

@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from gradc.ir.core import Value
+from gradc.ir.ops.registry import REGISTRY
 from gradc.ir.types import DType
 from gradc.passes.rewriter import Rewriter
 
@@ -37,21 +38,18 @@ def positive_base(v: Value, rw: Rewriter) -> Value:
 
 
 def never_nan(v: Value, rw: Rewriter, depth: int = DEPTH) -> bool:
-    """True if ``v`` provably holds no NaN."""
+    """True if ``v`` provably holds no NaN (the producer's ``OpDef.nan_from``)."""
     if not v.type.dtype.is_float:
         return True
     p = rw.producer(v)
     if p is None or depth <= 0:
         return False
-    if p.op in ("relu", "clip"):  # NaN gives +0, or a bound (never NaN: bounds are not NaN)
-        return True
     if p.op == "constant":
         return not np.isnan(p.attrs["value"]).any()
-    if p.op in ("relu_grad", "clip_grad"):  # dy or +0
-        return never_nan(rw.operand(p, 1), rw, depth - 1)
-    if p.op in ("slice_grad", "slice", "neg", "identity", "expand"):
-        return never_nan(rw.operand(p, 0), rw, depth - 1)
-    return False
+    d = REGISTRY.get(p.op)
+    if d is None or d.nan_from is None:
+        return False
+    return all(never_nan(rw.operand(p, d.operands.index(o)), rw, depth - 1) for o in d.nan_from)
 
 
 def _dtype_limits(dtype: DType) -> tuple[float, float]:
@@ -65,19 +63,17 @@ def value_range(v: Value, rw: Rewriter) -> tuple[float, float] | None:
     """Bounds ``(lo, hi)`` on the non-NaN elements of ``v``, or None if nothing is known."""
     dtype = v.type.dtype
     p = rw.producer(v)
-    op = p.op if p is not None else None
-    if op == "clip":
-        mn, mx = p.attrs["min"], p.attrs["max"]  # type: ignore[union-attr]
-        return (mn, mx) if mn <= mx else (mn, mn)
-    if op == "relu":
-        return 0, _dtype_limits(dtype)[1]
-    if op == "constant":
-        a = np.asarray(p.attrs["value"])  # type: ignore[union-attr]
+    if p is not None and p.op == "constant":
+        a = np.asarray(p.attrs["value"])
         if a.dtype.kind == "f":
             a = a[~np.isnan(a)]
             if a.size == 0:
                 return None
         return a.min().item(), a.max().item()
+    d = REGISTRY.get(p.op) if p is not None else None
+    known = d.value_range(p.attrs, dtype) if d is not None and p is not None else None
+    if known is not None:
+        return known
     return _dtype_limits(dtype) if dtype.is_int else None
 
 
@@ -89,12 +85,8 @@ def add_zero_exact(v: Value, rw: Rewriter, depth: int = DEPTH) -> bool:
     p = rw.producer(v)
     if p is None or depth <= 0:
         return False
-    if p.op == "relu":
-        return True  # x > 0 or +0: never -0.0, never NaN
-    if p.op in ("max_pooling_grad", "resample_grad") and dtype != DType.float16:
-        # Sums that start from +0 in the tensor's own dtype: in round-to-nearest, a sum is -0
-        # only if both terms are -0, so they never hold -0.0; any NaN is an arithmetic result,
-        # hence quiet. (float16 results are rounded from float32 and can round to -0.0.)
+    d = REGISTRY.get(p.op)
+    if d is not None and dtype in d.no_negative_zero:
         return True
     if p.op == "add":
         a, b = rw.operands(p)

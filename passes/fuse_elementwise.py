@@ -27,7 +27,8 @@ import math
 from dataclasses import dataclass, field
 
 from gradc.ir.core import Graph, Node, Value
-from gradc.passes.fusion import fuse_groups, is_elementwise
+from gradc.ir.fused import is_elementwise
+from gradc.passes.fusion import fuse_groups
 from gradc.passes.manager import Pass, PassResult, register_pass
 
 

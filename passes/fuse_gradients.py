@@ -11,8 +11,9 @@
       return %e
     }
 
-The anchors are ``max_pooling_grad``, ``slice_grad`` and ``resample_grad`` (the group's kind is
-the anchor's op, see ``gradc.ir.fused``). The prologue is the tree of elementwise nodes that
+The anchors are the ops whose definition names an ``anchor_operand`` (``max_pooling_grad``,
+``slice_grad`` and ``resample_grad``; the group's kind is the anchor's op, see
+``gradc.ir.fused``). The prologue is the tree of elementwise nodes that
 compute the anchor's ``input_gradient`` and whose results nothing else reads; every value it reads
 from outside has the input_gradient's shape. The epilogue is the chain of elementwise nodes that
 are each the only reader of the previous result, of the anchor result's shape, reading only
@@ -30,8 +31,9 @@ import heapq
 from dataclasses import dataclass
 
 from gradc.ir.core import Graph, Node, Value
-from gradc.passes.fusion import ANCHOR_OPERAND as ANCHORS
-from gradc.passes.fusion import fuse_groups, is_elementwise
+from gradc.ir.fused import anchors_group, is_elementwise
+from gradc.ir.ops.registry import REGISTRY
+from gradc.passes.fusion import fuse_groups
 from gradc.passes.manager import Pass, PassResult, register_pass
 
 
@@ -57,10 +59,11 @@ class _Graph:
 
 def prologue(anchor: Node, g: _Graph) -> list[Node]:
     """The elementwise tree computing the anchor's input_gradient (latest producers first)."""
-    dy = anchor.inputs[ANCHORS[anchor.op]]
+    index = REGISTRY[anchor.op].gradient_index
+    dy = anchor.inputs[index]
     shape = dy.type.shape
     # The anchor's other operands (max_pooling_grad's input) must stay body inputs.
-    kept_outside = {v for i, v in enumerate(anchor.inputs) if i != ANCHORS[anchor.op]}
+    kept_outside = {v for i, v in enumerate(anchor.inputs) if i != index}
     group = {anchor}
     heap: list[tuple[int, int, Value]] = []
     counter = 0
@@ -112,7 +115,7 @@ class FuseGradients(Pass):
 
     def run(self, graph: Graph) -> PassResult:
         g = _Graph(graph)
-        anchors = [n for n in graph.nodes if n.op in ANCHORS and n.body is None]
+        anchors = [n for n in graph.nodes if anchors_group(n.op) and n.body is None]
         pro: dict[Node, list[Node]] = {}
         for a in anchors:  # prologues first: a node between two anchors feeds the later one
             pro[a] = prologue(a, g)

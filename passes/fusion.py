@@ -1,5 +1,5 @@
-"""Shared machinery of the fusion passes: which nodes fuse, building a group's fused node, and
-the legality check on the dependence graph.
+"""Shared machinery of the fusion passes: building a group's fused node, and the acyclicity
+check on the dependence graph. The legality of a group is ``gradc.ir.fused.violations``.
 
 A group is a set of nodes of one graph. Its fused node (``gradc.ir.fused``) reads the group's
 *external inputs* (values its members read but do not compute, deduplicated, in order of first
@@ -16,15 +16,7 @@ from typing import Iterable, Sequence
 from gradc.errors import GradcError
 from gradc.ir.core import Graph, Node, Value
 from gradc.ir.fused import make_fused
-from gradc.ir.ops.registry import REGISTRY
 from gradc.passes.rewriter import Rewriter
-
-
-def is_elementwise(n: Node) -> bool:
-    """True for a single-result node of an op with the ``elementwise`` trait (no body)."""
-    d = REGISTRY.get(n.op)
-    return (n.body is None and d is not None and "elementwise" in d.traits
-            and len(n.outputs) == 1)
 
 
 def external_inputs(members: Sequence[Node]) -> list[Value]:
@@ -109,7 +101,7 @@ def assert_acyclic(graph: Graph, groups: Iterable[Sequence[Node]]) -> None:
     Uses ``graph.to_networkx()`` and one linear-time acyclicity test of the contracted graph
     (equivalently: no path leaves a group and comes back into it).
     """
-    import networkx as nx
+    import networkx as nx  # lazy: 0.2 s to load; only the optional cycle check needs it
 
     rep: dict[Node, object] = {}
     for i, g in enumerate(groups):
@@ -125,62 +117,3 @@ def assert_acyclic(graph: Graph, groups: Iterable[Sequence[Node]]) -> None:
     if not nx.is_directed_acyclic_graph(contracted):
         cycle = nx.find_cycle(contracted)
         raise GradcError(f"internal error: fusion would create a cycle through {cycle[0]}")
-
-
-def contract_violations(node: Node) -> list[str]:
-    """Every way a fused node breaks the rules of its kind in ``gradc.ir.fused`` (empty: none)."""
-    body, kind = node.body, node.attrs.get("kind")
-    if body is None:
-        return ["not a fused node"]
-    if kind == "elementwise":
-        return _elementwise_violations(body)
-    if kind in ANCHOR_OPERAND:
-        return _anchored_violations(body, kind)
-    return []
-
-
-ANCHOR_OPERAND = {"max_pooling_grad": 1, "slice_grad": 0, "resample_grad": 0}
-
-
-def _broadcasts(shape: tuple, to: tuple) -> bool:
-    if len(shape) > len(to):
-        return False
-    return all(a == b or a == 1 for a, b in zip(reversed(shape), reversed(to)))
-
-
-def _elementwise_violations(body: Graph) -> list[str]:
-    out = [f"{n.op} is not elementwise" for n in body.nodes if not is_elementwise(n)]
-    shape = body.outputs[0].type.shape
-    out += [f"output %{v.name} has shape {v.type.shape}, not {shape}" for v in body.outputs
-            if v.type.shape != shape]
-    out += [f"input %{v.name} does not broadcast to {shape}" for v in body.inputs
-            if not _broadcasts(v.type.shape, shape)]
-    return out
-
-
-def _anchored_violations(body: Graph, kind: str) -> list[str]:
-    anchors = [i for i, n in enumerate(body.nodes) if n.op == kind]
-    if len(anchors) != 1:
-        return [f"expected one {kind} node, got {len(anchors)}"]
-    a = body.nodes[anchors[0]]
-    out = [f"{n.op} is not elementwise" for n in body.nodes if n is not a and not is_elementwise(n)]
-    if len(body.outputs) != 1:
-        out.append(f"expected one output, got {len(body.outputs)}")
-    inputs = set(body.inputs)
-    dy, result = a.inputs[ANCHOR_OPERAND[kind]], a.outputs[0]
-    if kind == "max_pooling_grad" and a.inputs[0] not in inputs:
-        out.append("the anchor's input operand is not a body input")
-    for n in body.nodes[:anchors[0]]:
-        out += [f"prologue {n.op} reads %{v.name} of shape {v.type.shape}" for v in n.inputs
-                if v.type.shape != dy.type.shape]
-    chain = result
-    for n in body.nodes[anchors[0] + 1:]:
-        if chain not in n.inputs:
-            out.append(f"epilogue {n.op} does not read the previous result")
-        out += [f"epilogue {n.op} reads %{v.name}, not a body input of the result's shape"
-                for v in n.inputs if v is not chain
-                and (v not in inputs or v.type.shape != result.type.shape)]
-        chain = n.outputs[0]
-    if body.outputs and body.outputs[0] is not chain:
-        out.append("the output is not the last epilogue result")
-    return out

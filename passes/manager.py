@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Iterable, Iterator, Mapping, Sequence
 from gradc.errors import GradcError, VerifyError
 from gradc.ir.core import Graph
 from gradc.passes.cost import graph_bytes
+from gradc.ir.verify import verify
 
 PASSES: dict[str, type["Pass"]] = {}
 
@@ -157,7 +158,7 @@ def optimize(graph: Graph, passes: str | Sequence[str | Pass] | None = "default"
     ``verify_each`` checks every pass's result; ``symbols`` sizes symbolic dims in the
     memory-traffic statistics (1 when not given).
     """
-    graph.verify()
+    verify(graph)
     pipeline = resolve(passes)
     instruments = list(instruments)
     opt = Optimized(graph, [], graph)
@@ -212,7 +213,7 @@ def _run_one(p: Pass, g: Graph, verify_each: bool) -> tuple[PassResult, float]:
     seconds = time.perf_counter() - t0
     if verify_each and r.graph is not g:  # an unchanged graph was verified already
         try:
-            r.graph.verify()
+            verify(r.graph)
         except GradcError as e:
             raise VerifyError(f"pass {p.name} produced an invalid graph: {e}") from None
     return r, seconds

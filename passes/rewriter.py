@@ -16,11 +16,12 @@ output is a graph input).
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from gradc.errors import GradcError
 from gradc.ir.core import Graph, Node, Value
 from gradc.ir.ops.registry import infer_node
+from gradc.ir.rebuild import rebuild_graph
 
 
 def new_node(op: str, inputs: Sequence[Value], attrs: Mapping[str, Any]) -> Node:
@@ -217,61 +218,4 @@ class Rewriter:
 
     def finish(self) -> Graph:
         """The rewritten graph (a new graph; the input graph is untouched)."""
-        return emit(self.graph, self.schedule(), self.find, self.preferred)
-
-
-def emit(g: Graph, nodes: Iterable[Node], find: Any = None,
-         preferred: Mapping[Value, str] | None = None) -> Graph:
-    """A new graph with ``g``'s inputs, clones of ``nodes`` (operands through ``find``), outputs.
-
-    Nodes keep their result names; a result without a name takes its ``preferred`` name when
-    no live value has it, else a fresh number that no value of ``g`` had.
-    """
-    find = find or (lambda v: v)
-    preferred = preferred or {}
-    nodes = list(nodes)
-    every = {v.name for v in g.inputs} | {v.name for n in g.nodes for v in n.outputs}
-    claimed = {v.name for v in g.inputs} | {v.name for n in nodes for v in n.outputs if v.name}
-    fresh = _fresh_names(every | claimed)
-    new = Graph(g.name)
-    vmap: dict[Value, Value] = {v: new.input(v.name, v.type.dtype, v.type.shape) for v in g.inputs}
-    for n in nodes:
-        m = Node(n.op, [vmap[find(x)] for x in n.inputs], n.attrs,
-                 [v.type for v in n.outputs], body=n.body, name=n.name)
-        for old, v in zip(n.outputs, m.outputs):
-            name = old.name
-            if not name:
-                name = preferred.get(old, "")
-                if not name or name in claimed:
-                    name = next(fresh)
-                claimed.add(name)
-            v.name = name
-            vmap[old] = v
-        new.append(m)
-    _emit_outputs(g, new, vmap, find)
-    return new
-
-
-def _emit_outputs(g: Graph, new: Graph, vmap: dict[Value, Value], find: Any) -> None:
-    """Append the outputs of ``g`` under their names, adding identities only where needed."""
-    from gradc.ir.ops.registry import make_node
-
-    originals = set(g.outputs)
-    done: set[Value] = set()
-    for v in g.outputs:
-        r = find(v)
-        src = vmap[r]
-        if src.producer is None or src in done or (r is not v and r in originals):
-            src = make_node("identity", [src], {}, graph=new)
-        new.rename(src, v.name)
-        done.add(src)
-        new.outputs.append(src)
-
-
-def _fresh_names(taken: set[str]) -> Iterator[str]:
-    i = 0
-    while True:
-        if str(i) not in taken:
-            taken.add(str(i))
-            yield str(i)
-        i += 1
+        return rebuild_graph(self.graph, self.schedule(), self.find, self.preferred)

@@ -229,7 +229,7 @@ def test_constants_reshape_and_bool(cache):
     g = gradc.Graph("misc")
     x = g.input("x", "float32", ("N", 4))
     m = g.input("m", "bool", ("N", 4))
-    c = g.constant(np.array([1.5, -0.0, np.nan, 2 ** -140], np.float32))
+    c = ops.constant(np.array([1.5, -0.0, np.nan, 2 ** -140], np.float32), graph=g)
     g.output(ops.add(x, c), "add")
     g.output(c, "const")
     g.output(ops.reshape(ops.reshape(x, (2, "N", 2)), ("N", -1)), "flat")

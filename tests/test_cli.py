@@ -22,7 +22,7 @@ def test_verify_print_run_examples(capsys):
     assert "ok: graph 'pool_step'" in capsys.readouterr().out
     assert main(["print", "example:train_step"]) == 0
     text = capsys.readouterr().out
-    assert gradc.parse(text) == gradc.samples.train_step()
+    assert gradc.parse(text) == gradc.examples.train_step()
     assert main(["run", "example:forward", "--shape", "N=1", "-p", "none"]) == 0
     out = capsys.readouterr().out
     assert "loss: float32[]" in out
@@ -32,7 +32,7 @@ def test_verify_print_run_examples(capsys):
 
 def test_text_ir_file_round_trip(tmp_path, capsys):
     src = tmp_path / "g.ir"
-    src.write_text(str(gradc.samples.pool_step()))
+    src.write_text(str(gradc.examples.pool_step()))
     out = tmp_path / "out.ir"
     assert main(["print", str(src), "-o", str(out)]) == 0
     assert out.read_text() == src.read_text() + "\n"

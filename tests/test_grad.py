@@ -50,7 +50,7 @@ def test_values_used_twice_sum_and_unused_inputs_get_zeros():
 
 
 def test_each_forward_op_gets_its_seed_gradient_op():
-    from gradc.samples import train_step
+    from gradc.examples import train_step
     t = train_step()
     ops_used = {n.op for n in t.nodes}
     assert {"relu_grad", "clip_grad", "slice_grad", "max_pooling_grad",

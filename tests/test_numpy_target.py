@@ -187,8 +187,8 @@ def test_constants_are_exact(dtype, shape, seed):
     c = make_array(seed, dtype, tuple(shape))
     g = gradc.Graph("consts")
     x = g.input("x", dtype, c.shape)
-    g.output(g.constant(c), "c")
-    g.output(ops.identity(x) if dtype == "bool" else ops.add(x, g.constant(c)), "y")
+    g.output(ops.constant(c, graph=g), "c")
+    g.output(ops.identity(x) if dtype == "bool" else ops.add(x, ops.constant(c, graph=g)), "y")
     ex = compare(g, {"x": make_array(seed + 1, dtype, c.shape)})
     out = ex(x=c)
     assert out["c"].tobytes() == c.tobytes()
@@ -198,8 +198,8 @@ def test_constants_are_exact(dtype, shape, seed):
 
 def test_graph_without_inputs_or_statements():
     g = gradc.Graph("only_constants")
-    g.output(g.constant(np.array([1.5, -0.0], np.float16)), "c")
-    g.output(g.constant(np.arange(20, dtype=np.uint8)), "d")
+    g.output(ops.constant(np.array([1.5, -0.0], np.float16), graph=g), "c")
+    g.output(ops.constant(np.arange(20, dtype=np.uint8), graph=g), "d")
     compare(g, {})
 
 
@@ -426,7 +426,7 @@ def small_graph() -> gradc.Graph:
     x = g.input("x", "float32", ("N", 4))
     dy = g.input("dy", "float32", ("N", 2))
     bits = np.array([0x3F000000, 0x80000000, 0x7FC00001, 0x40400000], np.uint32)
-    (h,) = fused(g, [x, g.constant(bits.view(np.float32))], "elementwise",
+    (h,) = fused(g, [x, ops.constant(bits.view(np.float32), graph=g)], "elementwise",
                  lambda a, c: ops.clip(ops.relu(ops.add(ops.mul(a, a), c)), 0.0, 6.0))
     g.output(ops.slice(h, (0, 0), ("N", 4), (1, -2)), "y")
     (dx,) = fused(g, [dy, x], "slice_grad", lambda d, a: ops.relu_grad(a, ops.slice_grad(
@@ -502,7 +502,7 @@ def import_source(src: str, path: Path) -> Any:
 
 
 def test_source_imports_on_its_own(tmp_path):
-    g = gradc.samples.train_step()
+    g = gradc.examples.train_step()
     ex = gradc.compile(g, target="numpy", passes=None)
     tree = ast.parse(ex.source)
     imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
@@ -518,6 +518,6 @@ def test_source_imports_on_its_own(tmp_path):
 
 
 def test_unknown_option_is_rejected():
-    g = gradc.samples.pool_step()
+    g = gradc.examples.pool_step()
     with pytest.raises(gradc.VerifyError, match="no such option"):
         gradc.compile(g, target="numpy", passes=None, bogus=1)

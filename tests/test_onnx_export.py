@@ -296,9 +296,9 @@ def test_arithmetic_with_noop_constants(dtype, shape):
     def graph(x):
         outs = []
         for c in consts:
-            k = x.graph.constant(np.array(c, dtype))  # constant chains are folded too:
-            k2 = ops.mul(x.graph.constant(np.array([c], dtype)),
-                         x.graph.constant(np.array([1.0], dtype)))
+            k = ops.constant(np.array(c, dtype), graph=x.graph)  # constant chains are folded too:
+            k2 = ops.mul(ops.constant(np.array([c], dtype), graph=x.graph),
+                         ops.constant(np.array([1.0], dtype), graph=x.graph))
             for op in (ops.add, ops.sub, ops.mul):
                 outs.append(ops.neg(op(x, k)))  # an inner node: NoopElimination may apply
                 outs.append(ops.neg(op(k2, x)))
@@ -451,7 +451,7 @@ def test_generated_training_graphs(seed, n_ops, passes):
 def test_gradc_export_reads_back_as_the_same_graph(tmp_path):
     """A model written by to_onnx imports as exactly the exported graph (fused groups too);
     once edited, the embedded IR no longer matches and the model is imported node by node."""
-    t = gradc.grad(gradc.samples.sample("cnn"))
+    t = gradc.grad(gradc.examples.example("cnn"))
     opt = gradc.optimize(t).graph
     assert any(n.op == "fused" for n in opt.nodes)
     for g in (t, opt):
@@ -468,8 +468,8 @@ def test_gradc_export_reads_back_as_the_same_graph(tmp_path):
 
 
 def test_embedded_ir_that_does_not_parse_is_a_parse_error():
-    from gradc.backends.onnx.target import IR_KEY
-    m = gradc.to_onnx(gradc.samples.sample("forward"))
+    from gradc.backends.onnx.format import IR_KEY
+    m = gradc.to_onnx(gradc.examples.example("forward"))
     for p in m.metadata_props:
         if p.key == IR_KEY:
             p.value = "graph g( {"

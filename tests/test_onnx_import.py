@@ -627,4 +627,4 @@ def test_bundled_example_file_is_the_built_model():
     assert path.read_bytes() == build_example_model().SerializeToString(), (
         "examples/cnn.onnx is stale: regenerate it with "
         "`python -m gradc.examples examples/cnn.onnx`")
-    assert str(gradc.samples.sample("cnn")) == str(gradc.from_onnx(str(path)))
+    assert str(gradc.examples.example("cnn")) == str(gradc.from_onnx(str(path)))

@@ -20,10 +20,11 @@ from gradc.passes import (PASSES, DiffEach, DumpIR, Pass, PassResult, PassStatis
 from gradc.passes.constant_fold import ConstantFold
 from gradc.passes.cost import graph_bytes, node_bytes
 from gradc.passes.fuse_elementwise import FuseElementwise, find_groups
-from gradc.passes.fusion import assert_acyclic, contract_violations
+from gradc.ir.fused import violations as contract_violations
+from gradc.passes.fusion import assert_acyclic
 from gradc.passes.instruments import dump_name
 from gradc.passes.rewriter import Rewriter
-from gradc.samples import train_step
+from gradc.examples import train_step
 
 HERE = pathlib.Path(__file__).parent / "passes_ir"
 PIPELINE = ["canonicalize", "cse", "constant-fold", "dce", "fuse-gradients", "fuse-elementwise",
@@ -127,7 +128,7 @@ class BreakTypes(Pass):
         g = gradc.Graph("bad")
         x = g.input("x", "float32", (4,))
         g.append(Node("relu", [x], {}, [gradc.TensorType(gradc.DType.float16, (4,))]))
-        g.outputs.append(g.nodes[0].outputs[0])
+        g.add_output(g.nodes[0].outputs[0])
         return PassResult(g, True)
 
 
@@ -179,7 +180,7 @@ def test_cost_model() -> None:
     g = gradc.Graph("c")
     x = g.input("x", "float32", ("N", 4))
     r = ops.relu(x)
-    c = g.constant(np.ones((1, 4), np.float32))
+    c = ops.constant(np.ones((1, 4), np.float32), graph=g)
     m = ops.mul(r, r)
     e = ops.expand(c, m)
     g.output(ops.add(m, e), "y")
@@ -196,7 +197,7 @@ def test_cost_model() -> None:
 def test_constant_fold_limits() -> None:
     g = gradc.Graph("c")
     x = g.input("x", "float32", (3,))
-    c = g.constant(np.arange(3, dtype=np.float32))
+    c = ops.constant(np.arange(3, dtype=np.float32), graph=g)
     s = ops.reduce_sum(ops.neg(c), axes=(0,))
     g.output(ops.mul(x, ops.relu(c)), "y")
     g.output(s, "s")
@@ -260,7 +261,7 @@ def test_fused_contract_and_round_trip() -> None:
 
 def test_bad_pass_arguments_are_verify_errors():
     from gradc.passes.canonicalize import Canonicalize
-    g = gradc.samples.train_step()
+    g = gradc.examples.train_step()
     for bad in (123, "nope", ["cse", 4]):
         with pytest.raises(gradc.VerifyError, match="passes"):
             gradc.optimize(g, bad)
@@ -272,7 +273,7 @@ def test_bad_pass_arguments_are_verify_errors():
 
 def test_dump_ir_folder_holds_only_the_last_pipeline(tmp_path):
     from gradc.passes import DumpIR
-    g = gradc.samples.train_step()
+    g = gradc.examples.train_step()
     gradc.optimize(g, "default", instruments=[DumpIR(tmp_path)])
     (tmp_path / "notes.txt").write_text("mine")
     gradc.optimize(g, "cse", instruments=[DumpIR(tmp_path)])

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import gradc
-from gradc.passes.fusion import contract_violations
+from gradc.ir.fused import violations as contract_violations
 from graphgen import random_array
 
 HERE = pathlib.Path(__file__).parent / "passes_ir"

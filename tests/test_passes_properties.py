@@ -13,7 +13,7 @@ import gradc
 from gradc.passes import PASSES, optimize
 from gradc.passes.fuse_elementwise import FuseElementwise
 from gradc.passes.fuse_gradients import FuseGradients
-from gradc.passes.fusion import contract_violations
+from gradc.ir.fused import violations as contract_violations
 from graphgen import GenGraph, make_graph, training_graphs
 
 PIPELINES = sorted(PASSES) + ["default"]

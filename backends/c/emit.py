@@ -11,7 +11,6 @@ source: values are numbered, and the only comments name registry op names.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
@@ -19,21 +18,22 @@ import numpy as np
 
 from gradc.errors import UnsupportedError
 from gradc.ir.core import Graph, Node, Value
+from gradc.ir.fused import anchors_group, violations
 
-from gradc.backends.c.kernel import Kernel, broadcasts, check_anchored
+from gradc.backends.c.kernel import Kernel
+from gradc.backends.c.pool import emit_max_pooling, emit_max_pooling_grad
+from gradc.backends.c.resample import emit_resample, emit_resample_grad
+from gradc.backends.c.slice_grad import emit_slice_grad
 from gradc.backends.c.loops import emit_copy, emit_elementwise, emit_reduce_sum, emit_slice
 from gradc.backends.c.prelude import PRELUDE
 from gradc.backends.c.scalar import SCALAR
 from gradc.backends.c.ctypes_map import Dims, ctype
+from gradc.backends.c.writer import CWriter
 
 Emitter = Callable[[Kernel], None]
-ANCHORED = ("max_pooling_grad", "slice_grad", "resample_grad")
 
 
 def _emitters() -> dict[str, Emitter]:
-    from gradc.backends.c.pool import emit_max_pooling, emit_max_pooling_grad
-    from gradc.backends.c.resample import emit_resample, emit_resample_grad
-    from gradc.backends.c.slice_grad import emit_slice_grad
     table: dict[str, Emitter] = {op: emit_elementwise for op in SCALAR}
     table.update({
         "slice": emit_slice, "slice_grad": emit_slice_grad, "reduce_sum": emit_reduce_sum,
@@ -88,15 +88,9 @@ class _Plan:
 
 
 def _group_ok(n: Node, dims: Dims) -> bool:
+    """True when a fused node is a legal group (``gradc.ir.fused``) that runs as one kernel."""
     kind = n.attrs.get("kind")
-    body = n.body
-    assert body is not None  # called for fused nodes only
-    if kind == "elementwise":
-        shape = body.outputs[0].type.shape
-        return (all(m.op in SCALAR for m in body.nodes)
-                and all(dims.same_shape(v.type.shape, shape) for v in body.outputs)
-                and all(broadcasts(dims, v.type.shape, shape) for v in body.values()))
-    return kind in ANCHORED and check_anchored(n, dims)
+    return (kind == "elementwise" or anchors_group(kind)) and not violations(n, dims)
 
 
 def _flatten(g: Graph, plan: _Plan) -> None:
@@ -151,8 +145,7 @@ class _Builder:
         self.buf: dict[Value, str] = {}
         self.owned: dict[str, Value] = {}  # malloc'd buffer name -> value
         self.statics: list[str] = []
-        self.kernels: list[str] = []
-        self.body: list[str] = []
+        self.kernels: list[CWriter] = []
 
     def build(self) -> Program:
         """Assemble the whole program."""
@@ -164,10 +157,19 @@ class _Builder:
         for j, v in enumerate(outs):
             self.buf[v] = f"A[{nin + j}]"
         steps = self._steps(set(outs))
-        self._entry(steps)
-        src = "\n".join([_header(g, self.symbols, self.dims), PRELUDE, *self.statics, *self.kernels,
-                         *self.body, ""])
-        return Program(src, self.symbols, list(g.inputs), list(g.outputs))
+        w = CWriter()
+        _header(w, g, self.symbols, self.dims)
+        w.blank()
+        w.line(*PRELUDE.splitlines())
+        if self.statics:
+            w.blank()
+            w.line(*self.statics)
+        for kernel in self.kernels:
+            w.blank()
+            w.nest(kernel)
+        w.blank()
+        self._entry(w, steps)
+        return Program(w.text() + "\n", self.symbols, list(g.inputs), list(g.outputs))
 
     # -- planning ------------------------------------------------------------------------
     def _steps(self, outs: set[Value]) -> list[tuple[Node, str | None]]:
@@ -239,12 +241,15 @@ class _Builder:
             ty = k.types.get(p, ctype(v.type.dtype).store)
             sig.append(f"{ty} *restrict {p}" if is_out else f"const {ty} *restrict {p}")
         head = f"static int {name}(const int64_t *restrict S, int nt, {', '.join(sig)})"
-        text = "\n".join(k.lines)
-        unused = "".join(f" (void){params[b]};" for b, _, _ in order
-                         if not re.search(rf"\b{params[b]}\b", text))  # e.g. expand's shape
-        self.kernels.append("\n".join([f"/* {n.op if n.body is None else 'fused'} */",
-                                       head + " {", "  (void)S; (void)nt;" + unused,
-                                       *("  " + ln for ln in k.lines), "  return 0;", "}"]))
+        # parameters the body never read (e.g. expand's shape operand) are voided
+        unused = "".join(f" (void){params[b]};" for b, _, _ in order if params[b] not in k.read)
+        w = CWriter()
+        w.comment(n.op if n.body is None else "fused")
+        with w.block(head):
+            w.line("(void)S; (void)nt;" + unused)
+            w.nest(k.code)
+            w.line("return 0;")
+        self.kernels.append(w)
         args = []
         for b, v, is_out in order:
             ty = k.types.get(params[b], ctype(v.type.dtype).store)
@@ -252,7 +257,8 @@ class _Builder:
         return f"rc = {name}(S, nt, {', '.join(args)});"
 
     # -- entry -------------------------------------------------------------------------------
-    def _entry(self, steps: list[tuple[Node, str | None]]) -> None:
+    def _entry(self, w: CWriter, steps: list[tuple[Node, str | None]]) -> None:
+        """Write ``gradc_entry``: buffers allocated before their first use, freed after the last."""
         last: dict[str, int] = {}
         for i, (n, _) in enumerate(steps):
             for v in n.inputs:
@@ -263,33 +269,31 @@ class _Builder:
                 b = self.buf.get(v, "")
                 if b in self.owned:
                     last[b] = max(last.get(b, i), i)
-        lines = ["int gradc_entry(const int64_t *S, void *const *A, int nt) {", "  int rc = 0;",
-                 "#ifdef _OPENMP", "  if (nt <= 0) nt = omp_get_max_threads();", "#else",
-                 "  nt = 1;", "#endif"]
-        lines += [f"  void *{b} = NULL;" for b in self.owned]
-        for i, (n, call) in enumerate(steps):
-            for v in n.outputs:
-                b = self.buf.get(v, "")
-                if b in self.owned and self.owned[b] is v:
-                    size = f"(size_t){self.dims.prod(v.type.shape)} * {v.type.dtype.numpy.itemsize}"
-                    lines += [f"  {b} = gc_alloc({size});",
-                              f"  if (!{b}) {{ rc = 1; goto done; }}"]
-            if call is not None:
-                lines.append(f"  {call}")
-                if call.startswith("rc ="):
-                    lines.append("  if (rc) goto done;")
-            for b, j in last.items():
-                if j == i:
-                    lines.append(f"  free({b}); {b} = NULL;")
-        lines.append("done:")
-        lines += [f"  free({b});" for b in self.owned]
-        lines += ["  return rc;", "}"]
-        self.body = lines
+        with w.block("int gradc_entry(const int64_t *S, void *const *A, int nt)"):
+            w.line("int rc = 0;")
+            with w.conditional("#ifdef _OPENMP"):
+                w.line("if (nt <= 0) nt = omp_get_max_threads();")
+                w.otherwise()
+                w.line("nt = 1;")
+            w.line(*(f"void *{b} = NULL;" for b in self.owned))
+            for i, (n, call) in enumerate(steps):
+                for v in n.outputs:
+                    b = self.buf.get(v, "")
+                    if b in self.owned and self.owned[b] is v:
+                        size = (f"(size_t){self.dims.prod(v.type.shape)} * "
+                                f"{v.type.dtype.numpy.itemsize}")
+                        w.line(f"{b} = gc_alloc({size});", f"if (!{b}) {{ rc = 1; goto done; }}")
+                if call is not None:
+                    w.line(call)
+                    if call.startswith("rc ="):
+                        w.line("if (rc) goto done;")
+                w.line(*(f"free({b}); {b} = NULL;" for b, j in last.items() if j == i))
+            w.label("done")
+            w.line(*(f"free({b});" for b in self.owned), "return rc;")
 
 
-
-def _header(g: Graph, symbols: list[str], dims: Dims) -> str:
-    """The calling convention of ``gradc_entry``, so the file can be used on its own.
+def _header(w: CWriter, g: Graph, symbols: list[str], dims: Dims) -> None:
+    """Write the calling convention of ``gradc_entry``, so the file can be used on its own.
 
     No user name appears, even in this comment: arrays are described by position, dtype and
     shape, symbolic dims as ``S[i]`` in the order of ``S``."""
@@ -300,16 +304,14 @@ def _header(g: Graph, symbols: list[str], dims: Dims) -> str:
                         else f"S[{index[d]}]" if d in index else "?" for d in v.type.shape)
         return f"{v.type.dtype.name}[{text}]"
     n = len(g.inputs)
-    lines = ["/* Generated by gradc: one entry function for the whole graph.",
-             " * int gradc_entry(const int64_t *S, void *const *A, int nt)",
-             f" *   S: the values of the graph's {len(symbols)} symbolic dims (those fixed at "
-             "compile time must be given the same values)",
-             " *   A: contiguous row-major arrays, the graph's inputs then its outputs, in graph "
-             "order",
-             " *      (the caller allocates both):"]
-    lines += [f" *     A[{i}] input {i}: {ty(v)}" for i, v in enumerate(g.inputs)]
-    lines += [f" *     A[{n + j}] output {j}: {ty(v)}" for j, v in enumerate(g.outputs)]
-    lines += [" *   nt: OpenMP threads (<= 0: OpenMP's default)",
-              " *   returns 0, or non-zero when a temporary buffer could not be allocated.",
-              " */"]
-    return "\n".join(lines)
+    w.comment("Generated by gradc: one entry function for the whole graph.",
+              "int gradc_entry(const int64_t *S, void *const *A, int nt)",
+              f"  S: the values of the graph's {len(symbols)} symbolic dims (those fixed at "
+              "compile time must be given the same values)",
+              "  A: contiguous row-major arrays, the graph's inputs then its outputs, in graph "
+              "order",
+              "     (the caller allocates both):",
+              *(f"    A[{i}] input {i}: {ty(v)}" for i, v in enumerate(g.inputs)),
+              *(f"    A[{n + j}] output {j}: {ty(v)}" for j, v in enumerate(g.outputs)),
+              "  nt: OpenMP threads (<= 0: OpenMP's default)",
+              "  returns 0, or non-zero when a temporary buffer could not be allocated.")

@@ -5,27 +5,38 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from gradc.ir.core import Graph, Node, Value
+from gradc.errors import GradcError
+from gradc.ir.core import Node, Value
+from gradc.ir.fused import anchored_parts
 from gradc.ir.types import Dim
 
-from gradc.backends.c.scalar import SCALAR, ExprGen, used_operands
+from gradc.backends.c.scalar import ExprGen
 from gradc.backends.c.ctypes_map import Dims, ctype, strides
+from gradc.backends.c.writer import CWriter
 
 
 @dataclass
 class Kernel:
-    """One generated C function: ``static int name(S, nt, <outputs>, <inputs>)``."""
+    """One generated C function: ``static int name(S, nt, <outputs>, <inputs>)``.
+
+    An emitter writes the function's body into ``code``. A parameter's name goes into the text
+    through ``param`` (or a load of an ``ExprGen`` made by ``ctx_gen``), which notes it in
+    ``read``: the parameters never read are voided, so the C compiler does not warn about them.
+    """
 
     name: str
     node: Node
     dims: Dims
     ptr: dict[Value, str]  # values held in memory (outer and body inputs/outputs) -> parameter
-    lines: list[str] = field(default_factory=list)
+    code: CWriter = field(default_factory=CWriter)
     types: dict[str, str] = field(default_factory=dict)  # parameter -> C element type override
+    read: set[str] = field(default_factory=set)  # parameters that the body uses
 
-    def emit(self, *lines: str) -> None:
-        """Append lines to the function body."""
-        self.lines.extend(lines)
+    def param(self, v: Value) -> str:
+        """The parameter holding ``v``, noted as used by the body."""
+        name = self.ptr[v]
+        self.read.add(name)
+        return name
 
     def as_bits(self, *values: Value) -> None:
         """Declare the parameters of ``values`` with the unsigned type of their width."""
@@ -85,11 +96,12 @@ class FlatCtx:
         return name
 
 
-def ctx_gen(dims: Dims, shape: Sequence[Dim], flat: str, loads: dict[Value, str],
+def ctx_gen(k: Kernel, shape: Sequence[Dim], flat: str, loads: dict[Value, str],
             fixed: dict[Value, str] | None = None, prefix: str = "t") -> ExprGen:
-    """An ExprGen whose loads index ``loads[value]`` at the element ``flat`` of ``shape``."""
-    ctx = FlatCtx(dims, shape, flat, prefix)
-    gen = ExprGen({v: (p, ctx.offset) for v, p in loads.items()}, fixed, prefix)
+    """An ExprGen of kernel ``k`` whose loads index ``loads[value]`` at element ``flat`` of
+    ``shape`` (the parameters it loads from are noted in ``k.read``)."""
+    ctx = FlatCtx(k.dims, shape, flat, prefix)
+    gen = ExprGen({v: (p, ctx.offset) for v, p in loads.items()}, fixed, prefix, k.read)
     ctx.gen = gen
     return gen
 
@@ -123,57 +135,11 @@ def anchored(k: Kernel) -> Anchored:
     n = k.node
     if n.body is None:
         return Anchored(n, n.outputs[0], {v: k.ptr[v] for v in n.inputs}, k.ptr[n.outputs[0]])
-    body = n.body
-    anchor = next(m for m in body.nodes if m.op == n.attrs["kind"])
-    return Anchored(anchor, body.outputs[0], {v: k.ptr[v] for v in body.inputs},
-                    k.ptr[body.outputs[0]])
-
-
-def check_anchored(node: Node, dims: Dims) -> bool:
-    """True when a fused node has the anchored shape that the C emitters handle."""
-    body: Graph = node.body  # type: ignore[assignment]
-    kind = node.attrs["kind"]
-    anchors = [m for m in body.nodes if m.op == kind]
-    if len(anchors) != 1 or len(body.outputs) != 1:
-        return False
-    if any(m.op not in SCALAR for m in body.nodes if m is not anchors[0]):
-        return False
-    a = anchors[0]
-    inputs = set(body.inputs)
-    dy_index = 1 if kind == "max_pooling_grad" else 0
-    if kind == "max_pooling_grad" and a.inputs[0] not in inputs:
-        return False
-    pro = _reached([a.inputs[dy_index]], inputs, set())
-    epi = _reached([body.outputs[0]], inputs, {a.outputs[0]})
-    if a.outputs[0] in pro or any(v.producer is a and v is not a.outputs[0] for v in epi):
-        return False
-    dy_shape = a.inputs[dy_index].type.shape
-    out_shape = a.outputs[0].type.shape
-    return (all(broadcasts(dims, v.type.shape, dy_shape) for v in pro)
-            and all(broadcasts(dims, v.type.shape, out_shape) for v in epi)
-            and dims.same_shape(body.outputs[0].type.shape, out_shape))
-
-
-def _reached(roots: list[Value], stop: set[Value], fixed: set[Value]) -> list[Value]:
-    seen: dict[int, Value] = {}
-    todo = list(roots)
-    while todo:
-        v = todo.pop()
-        if id(v) in seen:
-            continue
-        seen[id(v)] = v
-        if v in stop or v in fixed or v.producer is None:
-            continue
-        todo.extend(used_operands(v.producer))
-    return list(seen.values())
-
-
-def broadcasts(dims: Dims, shape: Sequence[Dim], to: Sequence[Dim]) -> bool:
-    """True when ``shape`` broadcasts to ``to`` (dims compared as written)."""
-    if len(shape) > len(to):
-        return False
-    vs = padded(shape, len(to))
-    return all(dims.same(a, b) or dims.static(a) == 1 for a, b in zip(vs, to))
+    parts = anchored_parts(n.body, n.attrs["kind"])
+    if isinstance(parts, str):
+        raise GradcError(f"internal error: c target: an illegal anchored group: {parts}")
+    return Anchored(parts.anchor, parts.output, {v: k.ptr[v] for v in n.body.inputs},
+                    k.ptr[parts.output])
 
 
 STREAM_BLOCK = 64  # GC_BLK of the prelude
@@ -191,9 +157,15 @@ def stream_flag(out_ptrs: Sequence[str], moved: str) -> str:
     return f"(GC_STREAM && ({moved}) >= GC_STREAM_MIN && {aligned})"
 
 
-def streamed_span(k: Kernel, out: Value, dst: str, count: int, body: list[str], value: str,
-                  st: str) -> list[str]:
-    """``dst[q] = value`` for ``q < count`` (``body`` computes ``value`` from ``q``).
+def fail_unless(cw: CWriter, ok: str) -> None:
+    """``if (!ok) fail = 1;`` inside a parallel region (an atomic write: threads share it)."""
+    with cw.block(f"if (!{ok})"):
+        cw.line("#pragma omp atomic write", "fail = 1;")
+
+
+def streamed_span(k: Kernel, cw: CWriter, out: Value, dst: str, count: int, body: Sequence[str],
+                  value: str, st: str) -> None:
+    """Write ``dst[q] = value`` for ``q < count`` (``body`` computes ``value`` from ``q``).
 
     ``dst`` points into the buffer of ``out`` (the value stored, whose dtype may differ from the
     anchor's when an epilogue casts), which sets the element type of the staging block.
@@ -205,22 +177,28 @@ def streamed_span(k: Kernel, out: Value, dst: str, count: int, body: list[str], 
     store_t = k.types.get(k.ptr[out], ctype(out.type.dtype).store)
     width = ctype(out.type.dtype).width // 8
     dst = f"({dst})"
-    plain = [f"for (int64_t q = 0; q < {count}; q++) {{", *("  " + ln for ln in body),
-             f"  {dst}[q] = {value};", "}"]
+
+    def plain() -> None:
+        with cw.block(f"for (int64_t q = 0; q < {count}; q++)"):
+            cw.line(*body, f"{dst}[q] = {value};")
+
     if (count * width) % 16:
-        return plain
+        plain()
+        return
     full, rem = count // STREAM_BLOCK * STREAM_BLOCK, count % STREAM_BLOCK
 
-    def block(start: str, n: int) -> list[str]:
-        return [f"  _Alignas(64) {store_t} sb[{STREAM_BLOCK}];",
-                f"  for (int64_t qj = 0; qj < {n}; qj++) {{",
-                f"    const int64_t q = {start} + qj;", *("    " + ln for ln in body),
-                f"    sb[qj] = {value};", "  }",
-                f"  gc_stream({dst} + {start}, sb, (size_t){n} * {width});"]
-    lines = [f"if ({st}) {{"]
-    if full:
-        lines += [f"  for (int64_t q0 = 0; q0 < {full}; q0 += {STREAM_BLOCK}) {{",
-                  *("  " + ln for ln in block("q0", STREAM_BLOCK)), "  }"]
-    if rem:
-        lines += ["  {", *("  " + ln for ln in block(str(full), rem)), "  }"]
-    return lines + ["} else {", *("  " + ln for ln in plain), "}"]
+    def staged(start: str, n: int) -> None:
+        cw.line(f"_Alignas(64) {store_t} sb[{STREAM_BLOCK}];")
+        with cw.block(f"for (int64_t qj = 0; qj < {n}; qj++)"):
+            cw.line(f"const int64_t q = {start} + qj;", *body, f"sb[qj] = {value};")
+        cw.line(f"gc_stream({dst} + {start}, sb, (size_t){n} * {width});")
+
+    with cw.block(f"if ({st})"):
+        if full:
+            with cw.block(f"for (int64_t q0 = 0; q0 < {full}; q0 += {STREAM_BLOCK})"):
+                staged("q0", STREAM_BLOCK)
+        if rem:
+            with cw.block():
+                staged(str(full), rem)
+    with cw.orelse():
+        plain()

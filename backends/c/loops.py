@@ -1,6 +1,6 @@
 """Loop-nest emitters: elementwise groups, copies, slice, reduce_sum.
 
-Each emitter appends the body of one C function to ``Kernel.lines``. Index arithmetic is
+Each emitter writes the body of one C function into ``Kernel.code``. Index arithmetic is
 int64_t; loops are OpenMP static parallel-for over the outer axes (collapsed) and leave the
 innermost, contiguous axis to the vectorizer.
 """
@@ -14,7 +14,7 @@ from gradc.ir.types import Dim
 
 from gradc.backends.c.kernel import Kernel, omp_for, padded, stream_flag, traffic
 from gradc.backends.c.scalar import ExprGen, needed_inputs, wrap
-from gradc.backends.c.ctypes_map import Dims, ctype, strides
+from gradc.backends.c.ctypes_map import CType, Dims, ctype, strides
 
 
 # -- elementwise groups --------------------------------------------------------------------
@@ -30,48 +30,43 @@ def emit_elementwise(k: Kernel) -> None:
     pres = {id(v): [g[1][id(v)] for g in axes] for v in used}
     if all(all(p) or not any(p) for p in pres.values()):
         offs = {id(v): "i" if all(pres[id(v)]) else "0" for v in used}
-        gen = ExprGen({v: (k.ptr[v], lambda v: offs[id(v)]) for v in used})
-        stores = [f"{k.ptr[o]}[i] = {gen.get(o)};" for o in outputs]
-        plain = [omp_for("n"), "for (int64_t i = 0; i < n; i++) {", *_indent(gen.lines + stores),
-                 "}"]
-        k.emit(f"const int64_t n = {k.dims.prod(shape)};")
-        _streamed(k, outputs, gen, plain)
+        gen = ExprGen({v: (k.ptr[v], lambda v: offs[id(v)]) for v in used}, read=k.read)
+        stores = [f"{k.param(o)}[i] = {gen.get(o)};" for o in outputs]
+        k.code.declare("const int64_t", "n", k.dims.prod(shape))
+        _streamed(k, outputs, gen, stores)
         return
     _nested(k, axes, used, outputs)
 
 
-def _streamed(k: Kernel, outputs: list[Value], gen: ExprGen, plain: list[str]) -> None:
+def _streamed(k: Kernel, outputs: list[Value], gen: ExprGen, stores: list[str]) -> None:
     """The flat loop over ``n`` elements, with a streaming-store version for large outputs.
 
     Above GC_STREAM_MIN bytes moved (and with 16-byte aligned outputs) each thread computes blocks
     of GC_BLK elements into local arrays and copies them out with non-temporal stores; the
-    values are the same expressions, so results are bit-identical to ``plain``.
+    values are the same expressions, so results are bit-identical to the plain loop.
     """
+    cw = k.code
     types = [k.types.get(k.ptr[o], ctype(o.type.dtype).store) for o in outputs]
     moved = traffic(k.dims, list(gen.loads) + outputs)
-    local = [f"_Alignas(64) {t} s{j}[GC_BLK];" for j, t in enumerate(types)]
-    body = ["const int64_t i = gb * GC_BLK + gj;", *gen.lines,
-            *(f"s{j}[gj] = {gen.get(o)};" for j, o in enumerate(outputs))]
-    copy = [f"gc_stream({k.ptr[o]} + gb * GC_BLK, s{j}, sizeof s{j});"
-            for j, o in enumerate(outputs)]
-    k.emit(f"if {stream_flag([k.ptr[o] for o in outputs], moved)} {{",
-           "  const int64_t nb = n / GC_BLK;",
-           "  #pragma omp parallel num_threads(nt) if(n > GC_PAR_MIN)",
-           "  {",
-           "    #pragma omp for schedule(static) nowait",
-           "    for (int64_t gb = 0; gb < nb; gb++) {",
-           *_indent(local, 3),
-           "      for (int64_t gj = 0; gj < GC_BLK; gj++) {",
-           *_indent(body, 4),
-           "      }",
-           *_indent(copy, 3),
-           "    }",
-           "    gc_stream_fence();",
-           "  }",
-           "  for (int64_t i = nb * GC_BLK; i < n; i++) {",
-           *_indent(gen.lines + [f"{k.ptr[o]}[i] = {gen.get(o)};" for o in outputs], 2),
-           "  }",
-           "} else {", *_indent(plain), "}")
+    with cw.block(f"if {stream_flag([k.param(o) for o in outputs], moved)}"):
+        cw.declare("const int64_t", "nb", "n / GC_BLK")
+        cw.line("#pragma omp parallel num_threads(nt) if(n > GC_PAR_MIN)")
+        with cw.block():
+            cw.line("#pragma omp for schedule(static) nowait")
+            with cw.block("for (int64_t gb = 0; gb < nb; gb++)"):
+                cw.line(*(f"_Alignas(64) {t} s{j}[GC_BLK];" for j, t in enumerate(types)))
+                with cw.block("for (int64_t gj = 0; gj < GC_BLK; gj++)"):
+                    cw.line("const int64_t i = gb * GC_BLK + gj;", *gen.lines,
+                            *(f"s{j}[gj] = {gen.get(o)};" for j, o in enumerate(outputs)))
+                cw.line(*(f"gc_stream({k.param(o)} + gb * GC_BLK, s{j}, sizeof s{j});"
+                          for j, o in enumerate(outputs)))
+            cw.line("gc_stream_fence();")
+        with cw.block("for (int64_t i = nb * GC_BLK; i < n; i++)"):
+            cw.line(*gen.lines, *(f"{k.param(o)}[i] = {gen.get(o)};" for o in outputs))
+    with cw.orelse():
+        cw.line(omp_for("n"))
+        with cw.block("for (int64_t i = 0; i < n; i++)"):
+            cw.line(*gen.lines, *stores)
 
 
 def _merge_axes(dims: Dims, shape: Sequence[Dim], used: list[Value]) -> list:
@@ -105,19 +100,15 @@ def _nested(k: Kernel, axes: list, used: list[Value], outputs: list[Value]) -> N
         terms = [f"i{j} * {vst[g[-1]]}" for j, (g, pres) in enumerate(axes) if pres[id(v)]]
         offs[id(v)] = " + ".join(terms) if terms else "0"
     loads = {v: (k.ptr[v], lambda v: offs[id(v)]) for v in used}
-    gen = ExprGen(loads)  # type: ignore[arg-type]
+    gen = ExprGen(loads, read=k.read)  # type: ignore[arg-type]
     out_off = " + ".join(f"i{j} * {ost[j]}" for j in range(m))
-    stores = [f"{k.ptr[o]}[{out_off}] = {gen.get(o)};" for o in outputs]
+    stores = [f"{k.param(o)}[{out_off}] = {gen.get(o)};" for o in outputs]
     total = dims.prod(shape)
-    k.emit(omp_for(total, m - 1))
-    for j in range(m):
-        k.emit("  " * j + f"for (int64_t i{j} = 0; i{j} < {sizes[j]}; i{j}++)" +
-               (" {" if j == m - 1 else ""))
-    k.emit(*_indent(gen.lines + stores, m), "  " * (m - 1) + "}")
-
-
-def _indent(lines: list[str], depth: int = 1) -> list[str]:
-    return ["  " * depth + ln for ln in lines]
+    heads = [f"for (int64_t i{j} = 0; i{j} < {sizes[j]}; i{j}++)" for j in range(m)]
+    cw = k.code
+    cw.line(omp_for(total, m - 1))
+    with cw.under(*heads[:-1]), cw.block(heads[-1]):
+        cw.line(*gen.lines, *stores)
 
 
 # -- copies --------------------------------------------------------------------------------
@@ -127,7 +118,8 @@ def emit_copy(k: Kernel) -> None:
     n = k.node
     src, dst = n.inputs[0], n.outputs[0]
     size = ctype(dst.type.dtype).width // 8
-    k.emit(f"memcpy({k.ptr[dst]}, {k.ptr[src]}, (size_t){k.dims.prod(dst.type.shape)} * {size});")
+    k.code.line(f"memcpy({k.param(dst)}, {k.param(src)}, "
+                f"(size_t){k.dims.prod(dst.type.shape)} * {size});")
 
 
 # -- slice -----------------------------------------------------------------------------------
@@ -169,10 +161,11 @@ def emit_slice(k: Kernel) -> None:
     src = " + ".join(f"({ax['start']} + {ax['stride']} * i{j}) * {fst[j]}"
                      for j, ax in enumerate(axes))
     dst = " + ".join(f"i{j} * {ost[j]}" for j in range(m))
-    k.emit(omp_for(dims.prod(y.type.shape), max(1, m - 1)))
-    for j, ax in enumerate(axes):
-        k.emit("  " * j + f"for (int64_t i{j} = 0; i{j} < {dims.prod(ax['out'])}; i{j}++)")
-    k.emit("  " * m + f"{k.ptr[y]}[{dst}] = {k.ptr[x]}[{src}];")
+    heads = [f"for (int64_t i{j} = 0; i{j} < {dims.prod(ax['out'])}; i{j}++)"
+             for j, ax in enumerate(axes)]
+    k.code.line(omp_for(dims.prod(y.type.shape), max(1, m - 1)))
+    with k.code.under(*heads):
+        k.code.line(f"{k.param(y)}[{dst}] = {k.param(x)}[{src}];")
 
 
 # -- reduce_sum ----------------------------------------------------------------------------
@@ -187,12 +180,13 @@ def emit_reduce_sum(k: Kernel) -> None:
     n = k.node
     x, y = n.inputs[0], n.outputs[0]
     dims = k.dims
+    cw = k.code
     t = ctype(x.type.dtype)
     red = set(n.attrs["axes"])
     shape = x.type.shape
     r = len(shape)
     if dims.prod_static([shape[a] for a in red]) == 1:  # nothing is added: a copy
-        k.emit(f"memcpy({k.ptr[y]}, {k.ptr[x]}, (size_t){dims.prod(shape)} * {t.width // 8});")
+        cw.line(f"memcpy({k.param(y)}, {k.param(x)}, (size_t){dims.prod(shape)} * {t.width // 8});")
         return
     kept = [a for a in range(r) if a not in red]
     acc_t = t.acc if t.is_float else t.uarith
@@ -201,47 +195,53 @@ def emit_reduce_sum(k: Kernel) -> None:
     nout = dims.prod([shape[a] for a in kept])
     init = "-0.0" if t.is_float else "0"
     if t.is_f16:
-        k.emit(f"float *acc = (float *)malloc((size_t){nout} * sizeof(float));",
-               "if (!acc) return 1;")
+        cw.line(f"float *acc = (float *)malloc((size_t){nout} * sizeof(float));",
+                "if (!acc) return 1;")
     elif t.is_float:
-        k.emit(f"{t.store} *acc = {k.ptr[y]};")
+        cw.line(f"{t.store} *acc = {k.param(y)};")
     else:
-        k.emit(f"{acc_t} *acc = ({acc_t} *)malloc((size_t){nout} * sizeof({acc_t}));",
-               "if (!acc) return 1;")
+        cw.line(f"{acc_t} *acc = ({acc_t} *)malloc((size_t){nout} * sizeof({acc_t}));",
+                "if (!acc) return 1;")
     xi = " + ".join(f"i{a} * {xst[a]}" for a in range(r))
     ai = " + ".join(f"i{a} * {kst[a]}" for a in kept) or "0"
-    load = f"{k.ptr[x]}[{xi}]"
+    load = f"{k.param(x)}[{xi}]"
     add = f"acc[{ai}] += ({acc_t}){'gc_h2f(' + load + ')' if t.is_f16 else load};"
     if not kept:
-        k.emit(f"acc[0] = {init};")
-        _loops(k, dims, shape, None, 0)
-        k.emit("  " * r + add)
+        cw.line(f"acc[0] = {init};")
+        with cw.under(*_loops(dims, shape, None)):
+            cw.line(add)
         _finish(k, t, y, "0", "1")
     else:
         first = kept[0]
         span = dims.expr(shape[first])
-        k.emit(f"#pragma omp parallel num_threads(nt) if({dims.prod(shape)} > GC_PAR_MIN)", "{",
-               f"int64_t lo = 0, hi = {span};", "#ifdef _OPENMP",
-               "{ const int64_t T = omp_get_num_threads(), id = omp_get_thread_num();",
-               f"  lo = {span} * id / T; hi = {span} * (id + 1) / T; }}", "#endif",
-               f"for (int64_t q = lo * {kst[first]}; q < hi * {kst[first]}; q++) acc[q] = {init};")
-        _loops(k, dims, shape, first, 0)
-        k.emit("  " * r + add)
-        _finish(k, t, y, f"lo * {kst[first]}", f"hi * {kst[first]}")
-        k.emit("}")
+        cw.line(f"#pragma omp parallel num_threads(nt) if({dims.prod(shape)} > GC_PAR_MIN)")
+        with cw.block():
+            cw.line(f"int64_t lo = 0, hi = {span};")
+            with cw.conditional("#ifdef _OPENMP"), cw.block():
+                cw.line("const int64_t T = omp_get_num_threads(), id = omp_get_thread_num();",
+                        f"lo = {span} * id / T; hi = {span} * (id + 1) / T;")
+            cw.line(f"for (int64_t q = lo * {kst[first]}; q < hi * {kst[first]}; q++) "
+                    f"acc[q] = {init};")
+            with cw.under(*_loops(dims, shape, first)):
+                cw.line(add)
+            _finish(k, t, y, f"lo * {kst[first]}", f"hi * {kst[first]}")
     if t.is_f16 or not t.is_float:
-        k.emit("free(acc);")
+        cw.line("free(acc);")
 
 
-def _loops(k: Kernel, dims: Dims, shape: Sequence[Dim], first: int | None, depth: int) -> None:
+def _loops(dims: Dims, shape: Sequence[Dim], first: int | None) -> list[str]:
+    """The heads of the loops over ``shape`` (axis ``first`` over this thread's ``lo..hi``)."""
+    heads = []
     for a in range(len(shape)):
         lo, hi = ("lo", "hi") if a == first else ("0", dims.expr(shape[a]))
-        k.emit("  " * (depth + a) + f"for (int64_t i{a} = {lo}; i{a} < {hi}; i{a}++)")
+        heads.append(f"for (int64_t i{a} = {lo}; i{a} < {hi}; i{a}++)")
+    return heads
 
 
-def _finish(k: Kernel, t, y: Value, lo: str, hi: str) -> None:
+def _finish(k: Kernel, t: CType, y: Value, lo: str, hi: str) -> None:
     """Round the accumulators of one block into the output (float16 and integers)."""
     if t.is_f16:
-        k.emit(f"for (int64_t q = {lo}; q < {hi}; q++) {k.ptr[y]}[q] = gc_f2h(acc[q]);")
+        k.code.line(f"for (int64_t q = {lo}; q < {hi}; q++) {k.param(y)}[q] = gc_f2h(acc[q]);")
     elif not t.is_float:
-        k.emit(f"for (int64_t q = {lo}; q < {hi}; q++) {k.ptr[y]}[q] = {wrap(t, 'acc[q]')};")
+        k.code.line(f"for (int64_t q = {lo}; q < {hi}; q++) {k.param(y)}[q] = "
+                    f"{wrap(t, 'acc[q]')};")

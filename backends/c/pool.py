@@ -19,23 +19,32 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import Any, Callable, Mapping, Sequence
 
 from gradc.ir.ops.common import lowest
 from gradc.ir.ops.pooling import POOL_FIELDS
 
-from gradc.backends.c.kernel import (Kernel, anchored, ctx_gen, stream_flag, streamed_span,
-                                     traffic)
-from gradc.backends.c.scalar import narrow, widen
+from gradc.backends.c.kernel import (Kernel, anchored, ctx_gen, fail_unless, stream_flag,
+                                     streamed_span, traffic)
+from gradc.backends.c.scalar import ExprGen, narrow, widen
 from gradc.backends.c.ctypes_map import CType, ctype, literal
+from gradc.backends.c.writer import CWriter
 
 MAX_UNROLL = 64  # windows with more taps use the bounds-checked loop everywhere
 
+Body = Callable[[CWriter], None]  # writes the statements of one row
+Row = Callable[[CWriter, bool], None]  # the same, NaN-aware or not (see _Pool.better)
+
 
 class _Pool:
-    """Static geometry of one pooling op and the C text of its argmax row pass."""
+    """Static geometry of one pooling op and the C text of its argmax row pass.
 
-    def __init__(self, k: Kernel, x_shape: tuple, out_spatial: tuple, attrs, t: CType) -> None:
-        self.k = k
+    Methods that write a comparison take ``nan``: whether the argmax must handle NaN candidates
+    (the SPEC.md §5.1 rule), or may compare with a plain '>' and note NaN candidates in ``nanf``.
+    """
+
+    def __init__(self, x_shape: tuple, out_spatial: tuple, attrs: Mapping[str, Any],
+                 t: CType) -> None:
         self.t = t
         self.sp = [int(d) for d in x_shape[2:]]
         self.out = [int(d) for d in out_spatial]
@@ -45,7 +54,6 @@ class _Pool:
         self.oplane = math.prod(self.out)
         self.idx = "int32_t" if self.plane < 2 ** 31 else "int64_t"
         self.st = [math.prod(self.sp[a + 1:]) for a in range(self.nd)]
-        self.nan = True  # whether the argmax code must handle NaN candidates
 
     def krange(self, a: int, o: int) -> tuple[int, int]:
         """The valid taps ``lo..hi`` of axis ``a`` for output coordinate ``o`` (static)."""
@@ -76,37 +84,33 @@ class _Pool:
         return (self.nd == 2 and self.t.is_float and math.prod(self.w) <= MAX_UNROLL
                 and not self.tiled())
 
-    def offsets_all(self) -> list[int]:
-        """In-plane offsets of every tap from the window origin, in window order."""
-        return self._offsets([(0, w - 1) for w in self.w])
-
-    def better(self, v: str, best: str) -> str:
+    def better(self, v: str, best: str, nan: bool) -> str:
         """The SPEC.md §5.1 replacement rule (strict '>', NaN never beats a number)."""
-        if self.t.is_float and self.nan:  # this form vectorizes (GCC)
+        if self.t.is_float and nan:  # this form vectorizes (GCC)
             return f"({v} > {best} || ({best} != {best} && {v} == {v}))"
         return f"({v} > {best})"
 
-    def rows_by_nan(self, make, reset: list[str]) -> list[str]:
+    def rows_by_nan(self, cw: CWriter, row: Row, reset: Sequence[str]) -> None:
         """The rows with a plain '>' (noting NaN candidates), redone NaN-aware if one was seen.
 
         The plain comparison is much cheaper; it is exact unless a candidate is NaN.
         """
         if not self.t.is_float:
-            return self.rows(make())
-        self.nan = False
-        plain = self.rows(make())
-        self.nan = True
-        aware = self.rows(make())
-        return ["int nanf = 0;", *plain, "if (nanf) {", *("  " + ln for ln in reset + aware),
-                "}"]
+            self.rows(cw, lambda cw: row(cw, True))
+            return
+        cw.line("int nanf = 0;")
+        self.rows(cw, lambda cw: row(cw, False))
+        with cw.block("if (nanf)"):
+            cw.line(*reset)
+            self.rows(cw, lambda cw: row(cw, True))
 
-    def note_nan(self, v: str) -> str:
+    def note_nan(self, v: str, nan: bool) -> str:
         """In the plain variant, record whether candidate ``v`` is NaN."""
-        if not self.t.is_float or self.nan:
+        if not self.t.is_float or nan:
             return ""
         return f" nanf |= {v} != {v};"
 
-    def row_pass(self, bi: str) -> list[str]:
+    def row_pass(self, cw: CWriter, bi: str, nan: bool) -> None:
         """Fill ``bi[ow]`` (in-plane argmax or -1) for the row at outer coords ``r0..``.
 
         Every window's valid taps are known statically from its coordinates, so rows are
@@ -115,31 +119,31 @@ class _Pool:
         in a vectorizable loop). Windows with too many taps use a bounds-checked loop.
         """
         if math.prod(self.w) > MAX_UNROLL:
-            return self._general(bi)
+            self._general(cw, bi, nan)
+            return
         last = self.nd - 1
-        lines: list[str] = []
-        for combo in itertools.product(*(self.groups(a) for a in range(last))):
+        for i, combo in enumerate(itertools.product(*(self.groups(a) for a in range(last)))):
             cond = " && ".join(f"r{a} >= {g[0]} && r{a} <= {g[1]}" for a, g in enumerate(combo))
-            lines += [f"{'else ' if lines else ''}if ({cond or '1'}) {{",
-                      *("  " + ln for ln in self._row(bi, [g[2] for g in combo])), "}"]
-        return lines
+            head = f"if ({cond or '1'})"
+            with cw.block(head) if i == 0 else cw.orelse(f"else {head}"):
+                self._row(cw, bi, [g[2] for g in combo], nan)
 
-    def _row(self, bi: str, outer: list[tuple[int, int]]) -> list[str]:
+    def _row(self, cw: CWriter, bi: str, outer: list[tuple[int, int]], nan: bool) -> None:
         """One row whose outer axes have the valid tap ranges ``outer``."""
         last = self.nd - 1
         if any(lo > hi for lo, hi in outer):
-            return [f"for (int64_t ow = 0; ow < {self.out[last]}; ow++) {bi}[ow] = -1;"]
+            cw.line(f"for (int64_t ow = 0; ow < {self.out[last]}; ow++) {bi}[ow] = -1;")
+            return
         rowbase = " + ".join(f"(r{a} * {self.s[a]} - {self.pad[a]}) * {self.st[a]}"
                              for a in range(last)) or "0"
-        lines = [f"const {self.idx} rb = ({self.idx})({rowbase});"]
+        cw.line(f"const {self.idx} rb = ({self.idx})({rowbase});")
         for first, lastc, kr in self.groups(last):
             offs = self._offsets(outer + [kr])
             if not offs:
-                lines.append(f"for (int64_t ow = {first}; ow <= {lastc}; ow++) {bi}[ow] = -1;")
-            else:
-                lines += [f"for (int64_t ow = {first}; ow <= {lastc}; ow++) {{",
-                          *("  " + ln for ln in self._window(bi, offs)), "}"]
-        return lines
+                cw.line(f"for (int64_t ow = {first}; ow <= {lastc}; ow++) {bi}[ow] = -1;")
+                continue
+            with cw.block(f"for (int64_t ow = {first}; ow <= {lastc}; ow++)"):
+                self._window(cw, bi, offs, nan)
 
     def _offsets(self, ranges: list[tuple[int, int]]) -> list[int]:
         """In-plane offsets of the valid taps from the window origin, in window order."""
@@ -148,18 +152,19 @@ class _Pool:
         return [sum(k[a] * self.d[a] * self.st[a] for a in range(self.nd))
                 for k in itertools.product(*(range(lo, hi + 1) for lo, hi in ranges))]
 
-    def _window(self, bi: str, offs: list[int]) -> list[str]:
+    def _window(self, cw: CWriter, bi: str, offs: list[int], nan: bool) -> None:
         """The argmax of the window at column ``ow`` over the taps ``offs`` (unrolled)."""
-        t, ct = self.t, self.t.compute
-        lines = [f"const {self.idx} base = rb + ({self.idx})(ow * {self.s[-1]} - {self.pad[-1]});",
-                 f"{self.idx} b = base + {offs[0]}; {ct} bv = {widen(t, 'x[b]')};"
-                 + self.note_nan("bv")]
+        t, ct, idx = self.t, self.t.compute, self.idx
+        cw.line(f"const {idx} base = rb + ({idx})(ow * {self.s[-1]} - {self.pad[-1]});",
+                f"{idx} b = base + {offs[0]}; {ct} bv = {widen(t, 'x[b]')};"
+                + self.note_nan("bv", nan))
         for off in offs[1:]:
-            lines += ["{", f"  const {self.idx} ii = base + {off};",
-                      f"  const {ct} v = {widen(t, 'x[ii]')};{self.note_nan('v')}",
-                      f"  const _Bool take = {self.better('v', 'bv')};",
-                      "  bv = take ? v : bv; b = take ? ii : b;", "}"]
-        return lines + [f"{bi}[ow] = b;"]
+            with cw.block():
+                cw.line(f"const {idx} ii = base + {off};",
+                        f"const {ct} v = {widen(t, 'x[ii]')};{self.note_nan('v', nan)}",
+                        f"const _Bool take = {self.better('v', 'bv', nan)};",
+                        "bv = take ? v : bv; b = take ? ii : b;")
+        cw.line(f"{bi}[ow] = b;")
 
     def _range(self, a: int, o: str) -> list[str]:
         """``s{a}`` (window start) and the valid taps ``lo{a}..hi{a}`` of axis a at coord o."""
@@ -169,49 +174,38 @@ class _Pool:
                 f"int64_t hi{a} = s{a} > {n - 1} ? -1 : ({n - 1} - s{a}) / {d};",
                 f"if (hi{a} > {w - 1}) hi{a} = {w - 1};"]
 
-    def _general(self, bi: str) -> list[str]:
+    def _general(self, cw: CWriter, bi: str, nan: bool) -> None:
         """Bounds-aware windows (large windows): only valid taps, the first seeds the max."""
-        t, nd = self.t, self.nd
+        t, nd, idx = self.t, self.nd, self.idx
         last = nd - 1
         ct = t.compute
         pos = [f"(s{ax} + k{ax} * {self.d[ax]}) * {self.st[ax]}" for ax in range(nd)]
         first = " + ".join(f"(s{ax} + lo{ax} * {self.d[ax]}) * {self.st[ax]}" for ax in range(nd))
-        lines = [ln for a in range(last) for ln in self._range(a, f"r{a}")]
+        for a in range(last):
+            cw.line(*self._range(a, f"r{a}"))
         outer = " && ".join(f"lo{a} <= hi{a}" for a in range(last)) or "1"
-        lines += [f"for (int64_t ow = 0; ow < {self.out[last]}; ow++) {{",
-                  *("  " + ln for ln in self._range(last, "ow")),
-                  f"  {self.idx} b = -1;", f"  if ({outer} && lo{last} <= hi{last}) {{",
-                  f"    b = ({self.idx})({first});", f"    {ct} bv = {widen(t, 'x[b]')};"]
-        ind = "    "
-        for ax in range(nd):
-            lines.append(ind + f"for (int64_t k{ax} = lo{ax}; k{ax} <= hi{ax}; k{ax}++) {{")
-            ind += "  "
-        lines += [ind + f"const {self.idx} ii = ({self.idx})({' + '.join(pos)});",
-                  ind + f"const {ct} v = {widen(t, 'x[ii]')};{self.note_nan('v')}",
-                  ind + f"const _Bool take = {self.better('v', 'bv')};",
-                  ind + "bv = take ? v : bv; b = take ? ii : b;"]
-        for ax in range(nd):
-            ind = ind[:-2]
-            lines.append(ind + "}")
-        lines += ["  }", f"  {bi}[ow] = b;", "}"]
-        return lines
+        with cw.block(f"for (int64_t ow = 0; ow < {self.out[last]}; ow++)"):
+            cw.line(*self._range(last, "ow"), f"{idx} b = -1;")
+            with cw.block(f"if ({outer} && lo{last} <= hi{last})"):
+                cw.line(f"b = ({idx})({first});", f"{ct} bv = {widen(t, 'x[b]')};")
+                with cw.blocks([f"for (int64_t k{ax} = lo{ax}; k{ax} <= hi{ax}; k{ax}++)"
+                                for ax in range(nd)]):
+                    cw.line(f"const {idx} ii = ({idx})({' + '.join(pos)});",
+                            f"const {ct} v = {widen(t, 'x[ii]')};{self.note_nan('v', nan)}",
+                            f"const _Bool take = {self.better('v', 'bv', nan)};",
+                            "bv = take ? v : bv; b = take ? ii : b;")
+            cw.line(f"{bi}[ow] = b;")
 
-    def rows(self, body: list[str]) -> list[str]:
+    def rows(self, cw: CWriter, body: Body) -> None:
         """Loops over the outer output coordinates ``r0..`` around ``body`` (one row each)."""
-        lines, ind = [], ""
-        for a in range(self.nd - 1):
-            lines.append(ind + f"for (int64_t r{a} = 0; r{a} < {self.out[a]}; r{a}++) {{")
-            ind += "  "
         orow = " + ".join(f"r{a} * {math.prod(self.out[a + 1:])}" for a in range(self.nd - 1))
-        lines.append(ind + f"const int64_t orow = {orow or '0'}; (void)orow;")
-        lines += [ind + ln for ln in body]
-        for a in range(self.nd - 1):
-            ind = ind[:-2]
-            lines.append(ind + "}")
-        return lines
+        with cw.blocks([f"for (int64_t r{a} = 0; r{a} < {self.out[a]}; r{a}++)"
+                        for a in range(self.nd - 1)]):
+            cw.line(f"const int64_t orow = {orow or '0'}; (void)orow;")
+            body(cw)
 
 
-def _tile_writes(pool: _Pool, pro, dv: str) -> list[str]:
+def _tile_writes(cw: CWriter, pool: _Pool, pro: ExprGen, dv: str) -> None:
     """Windows tile the plane: store each window's taps, 0 + dY at the argmax and 0 elsewhere.
 
     ``0 + dY`` is the reference's single addition into a zero accumulator (-0 becomes +0). One
@@ -221,35 +215,34 @@ def _tile_writes(pool: _Pool, pro, dv: str) -> list[str]:
     last = pool.nd - 1
     origin = " + ".join([f"r{a} * {pool.s[a] * pool.st[a]}" for a in range(last)]
                         + [f"ow * {pool.s[last]}"])
-    lines = []
     for outer in itertools.product(*(range(w) for w in pool.w[:last])):
         base = sum(k * pool.st[a] for a, k in enumerate(outer))
         offs = [base + kl for kl in range(pool.w[last])]
-        lines += [f"for (int64_t ow = 0; ow < {pool.out[-1]}; ow++) {{",
-                  f"  const int64_t o = {origin};",
-                  f"  const {pool.idx} b = bi[ow] - ({pool.idx})o;",
-                  *("  " + ln for ln in pro.lines),
-                  f"  const {t.acc} v = ({t.acc})0 + ({t.acc}){widen(t, dv)};",
-                  *(f"  acc[o + {off}] = b == {off} ? v : ({t.acc})0;" for off in offs), "}"]
-    return lines
+        with cw.block(f"for (int64_t ow = 0; ow < {pool.out[-1]}; ow++)"):
+            cw.line(f"const int64_t o = {origin};",
+                    f"const {pool.idx} b = bi[ow] - ({pool.idx})o;", *pro.lines,
+                    f"const {t.acc} v = ({t.acc})0 + ({t.acc}){widen(t, dv)};",
+                    *(f"acc[o + {off}] = b == {off} ? v : ({t.acc})0;" for off in offs))
 
 
 def _parallel(k: Kernel, planes: str, work: str, allocs: list[tuple[str, str, str]],
-              body: list[str]) -> None:
-    """``#pragma omp parallel`` over planes with per-thread buffers (name, type, count)."""
-    k.emit("int fail = 0;", f"const int64_t P = {planes};",
-           f"#pragma omp parallel num_threads(nt) if(P * {work} > GC_PAR_MIN)", "{")
-    for name, ty, count in allocs:
-        k.emit(f"  {ty} *{name} = ({ty} *)gc_alloc((size_t){count} * sizeof({ty}));")
-    ok = " && ".join(f"{name} != NULL" for name, _, _ in allocs) or "1"
-    k.emit(f"  const int ok = {ok};", "  if (!ok) {", "    #pragma omp atomic write",
-           "    fail = 1;", "  }", "  #pragma omp for schedule(static)",
-           "  for (int64_t p = 0; p < P; p++) {", "    if (!ok) continue;",
-           *("    " + ln for ln in body), "  }")
-    k.emit("  gc_stream_fence();")
-    for name, _, _ in allocs:
-        k.emit(f"  free({name});")
-    k.emit("}", "if (fail) return 1;")
+              body: CWriter) -> None:
+    """``#pragma omp parallel`` over planes ``p`` with per-thread buffers (name, type, count)."""
+    cw = k.code
+    cw.line("int fail = 0;", f"const int64_t P = {planes};",
+            f"#pragma omp parallel num_threads(nt) if(P * {work} > GC_PAR_MIN)")
+    with cw.block():
+        for name, ty, count in allocs:
+            cw.line(f"{ty} *{name} = ({ty} *)gc_alloc((size_t){count} * sizeof({ty}));")
+        ok = " && ".join(f"{name} != NULL" for name, _, _ in allocs) or "1"
+        cw.line(f"const int ok = {ok};")
+        fail_unless(cw, "ok")
+        cw.line("#pragma omp for schedule(static)")
+        with cw.block("for (int64_t p = 0; p < P; p++)"):
+            cw.line("if (!ok) continue;")
+            cw.nest(body)
+        cw.line("gc_stream_fence();", *(f"free({name});" for name, _, _ in allocs))
+    cw.line("if (fail) return 1;")
 
 
 def emit_max_pooling(k: Kernel) -> None:
@@ -258,18 +251,23 @@ def emit_max_pooling(k: Kernel) -> None:
     x = n.inputs[0]
     y = n.outputs[0]
     t = ctype(x.type.dtype)
-    pool = _Pool(k, x.type.shape, y.type.shape[2:], n.attrs, t)
+    pool = _Pool(x.type.shape, y.type.shape[2:], n.attrs, t)
     low = literal(lowest(x.type.dtype.numpy).item(), x.type.dtype)
-    px, py = k.ptr[x], k.ptr[y]
-    pi = k.ptr[n.outputs[1]] if len(n.outputs) > 1 else None
-    write = [f"  const {pool.idx} b = bi[ow];",
-             f"  {py}[yb + ow] = b >= 0 ? x[b] : {low};"]
-    if pi is not None:
-        write.append(f"  {pi}[yb + ow] = b >= 0 ? p * {pool.plane} + b : 0;")
-    tail = [f"const int64_t yb = p * {pool.oplane} + orow;",
-            f"for (int64_t ow = 0; ow < {pool.out[-1]}; ow++) {{", *write, "}"]
-    body = [f"const {t.store} *x = {px} + p * {pool.plane};"]
-    body += pool.rows_by_nan(lambda: pool.row_pass("bi") + tail, [])
+    px, py = k.param(x), k.param(y)
+    pi = k.param(n.outputs[1]) if len(n.outputs) > 1 else None
+
+    def row(cw: CWriter, nan: bool) -> None:
+        pool.row_pass(cw, "bi", nan)
+        cw.line(f"const int64_t yb = p * {pool.oplane} + orow;")
+        with cw.block(f"for (int64_t ow = 0; ow < {pool.out[-1]}; ow++)"):
+            cw.line(f"const {pool.idx} b = bi[ow];",
+                    f"{py}[yb + ow] = b >= 0 ? x[b] : {low};")
+            if pi is not None:
+                cw.line(f"{pi}[yb + ow] = b >= 0 ? p * {pool.plane} + b : 0;")
+
+    body = CWriter()
+    body.line(f"const {t.store} *x = {px} + p * {pool.plane};")
+    pool.rows_by_nan(body, row, [])
     _parallel(k, k.dims.prod(x.type.shape[:2]), str(pool.plane),
               [("bi", pool.idx, str(pool.out[-1]))], body)
 
@@ -285,22 +283,32 @@ def emit_max_pooling_grad(k: Kernel) -> None:
     an = anchored(k)
     x, dy = an.operand(0), an.operand(1)
     t = ctype(x.type.dtype)
-    pool = _Pool(k, x.type.shape, dy.type.shape[2:], an.anchor.attrs, t)
+    pool = _Pool(x.type.shape, dy.type.shape[2:], an.anchor.attrs, t)
     tiled = pool.tiled()
     buffered = t.is_f16 or an.has_epilogue or not tiled
     dims = k.dims
     dyflat = f"(p * {pool.oplane} + orow + ow)"
-    pro = ctx_gen(dims, dy.type.shape, dyflat, an.loads, prefix="a")
+    pro = ctx_gen(k, dy.type.shape, dyflat, an.loads, prefix="a")
     dv = pro.get(dy)
-    scatter = [f"for (int64_t ow = 0; ow < {pool.out[-1]}; ow++) {{",
-               f"  const {pool.idx} b = bi[ow];", "  if (b >= 0) {",
-               *("    " + ln for ln in pro.lines),
-               f"    acc[b] += ({t.acc}){widen(t, dv)};", "  }", "}"]
     zero = f"for (int64_t q = 0; q < {pool.plane}; q++) acc[q] = 0;"
     moved = traffic(dims, [x, *(v for v in an.loads if v is not x), an.out])
-    k.emit(f"const int gst = {stream_flag([an.out_ptr], moved)};", "(void)gst;")
-    body = [f"const {t.store} *x = {an.loads[x]} + p * {pool.plane};",
-            f"{t.acc} *acc = {'abuf' if buffered else an.out_ptr + ' + p * ' + str(pool.plane)};"]
+    out = k.param(an.out)
+    k.code.line(f"const int gst = {stream_flag([out], moved)};", "(void)gst;")
+
+    def scatter(cw: CWriter) -> None:
+        """``acc[bi[ow]] += dY`` for the row's windows, in dY's order."""
+        with cw.block(f"for (int64_t ow = 0; ow < {pool.out[-1]}; ow++)"):
+            cw.line(f"const {pool.idx} b = bi[ow];")
+            with cw.block("if (b >= 0)"):
+                cw.line(*pro.lines, f"acc[b] += ({t.acc}){widen(t, dv)};")
+
+    def argmax_scatter(cw: CWriter, nan: bool) -> None:
+        pool.row_pass(cw, "bi", nan)
+        scatter(cw)
+
+    body = CWriter()
+    body.line(f"const {t.store} *x = {k.param(x)} + p * {pool.plane};",
+              f"{t.acc} *acc = {'abuf' if buffered else out + ' + p * ' + str(pool.plane)};")
     allocs = [("bi", pool.idx, str(pool.out[-1]))]
     if tiled:  # the plain pass writes every element: no zeroing, no read-modify-write
         pairs = pool.nd == 2 and pool.w == [2, 2] and t.store == "float"
@@ -308,37 +316,46 @@ def emit_max_pooling_grad(k: Kernel) -> None:
         if pairs:
             allocs.append(("gb", "float", str(pool.out[-1] + 1)))
 
-        def rows() -> list[str]:
-            if pool.nan:
-                return pool.row_pass("bi") + scatter
-            if not pairs:
-                return pool.row_pass("bi") + _tile_writes(pool, pro, dv)
-            return ["#if GC_SSE2", *_pairs_2x2(pool, pro, dv, st), "#else",
-                    *(pool.row_pass("bi") + _tile_writes(pool, pro, dv)), "#endif"]
-        body += pool.rows_by_nan(rows, ["gc_stream_fence();", zero])
+        def row(cw: CWriter, nan: bool) -> None:
+            if nan:
+                argmax_scatter(cw, True)
+            elif not pairs:
+                pool.row_pass(cw, "bi", False)
+                _tile_writes(cw, pool, pro, dv)
+            else:
+                with cw.conditional("#if GC_SSE2"):
+                    _pairs_2x2(cw, pool, pro, dv, st)
+                    cw.otherwise()
+                    pool.row_pass(cw, "bi", False)
+                    _tile_writes(cw, pool, pro, dv)
+        pool.rows_by_nan(body, row, ["gc_stream_fence();", zero])
     elif pool.separable():
-        pool.nan = True
-        aware = pool.rows(pool.row_pass("bi") + scatter)
-        pool.nan = False
         sep = _Separable(pool)
-        body += [zero, "int nanf = 0;", *sep.rows_h(), *pool.rows(sep.row_v() + scatter),
-                 "if (nanf) {", *("  " + ln for ln in [zero, *aware]), "}"]
-        pool.nan = True
+
+        def separable_row(cw: CWriter) -> None:
+            sep.row_v(cw)
+            scatter(cw)
+        body.line(zero, "int nanf = 0;")
+        sep.rows_h(body)
+        pool.rows(body, separable_row)
+        with body.block("if (nanf)"):
+            body.line(zero)
+            pool.rows(body, lambda cw: argmax_scatter(cw, True))
         allocs = sep.allocs()
     else:
-        body += [zero] + pool.rows_by_nan(lambda: pool.row_pass("bi") + scatter, [zero])
+        body.line(zero)
+        pool.rows_by_nan(body, argmax_scatter, [zero])
     if buffered:
         allocs.append(("abuf", t.acc, str(pool.plane)))
-        res = narrow(t, "acc[q]")
-        epi = ctx_gen(dims, an.result.type.shape, f"(p * {pool.plane} + q)", an.loads,
+        epi = ctx_gen(k, an.result.type.shape, f"(p * {pool.plane} + q)", an.loads,
                       {an.result: "r"}, prefix="e")
         v = epi.get(an.out)
-        body += streamed_span(k, an.out, f"{an.out_ptr} + p * {pool.plane}", pool.plane,
-                              [f"const {t.store} r = {res};", *epi.lines], v, "gst")
+        streamed_span(k, body, an.out, f"{out} + p * {pool.plane}", pool.plane,
+                      [f"const {t.store} r = {narrow(t, 'acc[q]')};", *epi.lines], v, "gst")
     _parallel(k, dims.prod(x.type.shape[:2]), str(pool.plane), allocs, body)
 
 
-def _pairs_2x2(pool: _Pool, pro, dv: str, st: str) -> list[str]:
+def _pairs_2x2(cw: CWriter, pool: _Pool, pro: ExprGen, dv: str, st: str) -> None:
     """One row of 2x2 stride-2 windows that tile a float32 plane, two windows per SSE2 step.
 
     The four taps a b / c d of a window sit in the even and odd lanes of two row loads; each is
@@ -351,47 +368,44 @@ def _pairs_2x2(pool: _Pool, pro, dv: str, st: str) -> list[str]:
     """
     ow_n, width = pool.out[1], pool.sp[1]
     st1 = st if width % 4 == 0 else "0"
-    lines = [f"for (int64_t ow = 0; ow < {ow_n}; ow++) {{", *("  " + ln for ln in pro.lines),
-             f"  gb[ow] = 0.0f + {widen(pool.t, dv)};", "}",
-             f"const float *x0 = x + r0 * {2 * width}, *x1 = x0 + {width};",
-             f"float *o0 = acc + r0 * {2 * width}, *o1 = o0 + {width};",
-             "const __m128 odd = _mm_castsi128_ps(_mm_set_epi32(-1, 0, -1, 0));",
-             "__m128 nanv = _mm_setzero_ps();",
-             "int64_t ow = 0;",
-             f"for (; ow + 2 <= {ow_n}; ow += 2) {{",
-             "  const __m128 v0 = _mm_loadu_ps(x0 + 2 * ow), v1 = _mm_loadu_ps(x1 + 2 * ow);",
-             "  nanv = _mm_or_ps(nanv, _mm_or_ps(_mm_cmpunord_ps(v0, v0),",
-             "                                   _mm_cmpunord_ps(v1, v1)));",
-             "  const __m128 a = _mm_shuffle_ps(v0, v0, _MM_SHUFFLE(2, 2, 0, 0));",
-             "  const __m128 b = _mm_shuffle_ps(v0, v0, _MM_SHUFFLE(3, 3, 1, 1));",
-             "  const __m128 c = _mm_shuffle_ps(v1, v1, _MM_SHUFFLE(2, 2, 0, 0));",
-             "  const __m128 d = _mm_shuffle_ps(v1, v1, _MM_SHUFFLE(3, 3, 1, 1));",
-             "  const __m128 tb = _mm_cmpgt_ps(b, a), m1 = gc_sel4(tb, b, a);",
-             "  const __m128 tc = _mm_cmpgt_ps(c, m1), m2 = gc_sel4(tc, c, m1);",
-             "  const __m128 td = _mm_cmpgt_ps(d, m2);",
-             "  const __m128 g2 = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(gb + ow)));",
-             "  const __m128 g = _mm_shuffle_ps(g2, g2, _MM_SHUFFLE(1, 1, 0, 0));",
-             "  /* top row: a wins in even lanes (no b, c, d), b in odd lanes (b, no c, d) */",
-             "  const __m128 top = _mm_or_ps(_mm_xor_ps(tb, odd), _mm_or_ps(tc, td));",
-             "  /* bottom row: c wins in even lanes (c, no d), d in odd lanes */",
-             "  const __m128 bot = _mm_or_ps(_mm_and_ps(odd, td),",
-             "                               _mm_andnot_ps(odd, _mm_andnot_ps(td, tc)));",
-             f"  gc_put4(o0 + 2 * ow, _mm_andnot_ps(top, g), {st});",
-             f"  gc_put4(o1 + 2 * ow, _mm_and_ps(bot, g), {st1});",
-             "}",
-             "nanf |= _mm_movemask_ps(nanv) != 0;",
-             f"for (; ow < {ow_n}; ow++) {{",
-             "  const float a = x0[2 * ow], b = x0[2 * ow + 1];",
-             "  const float c = x1[2 * ow], d = x1[2 * ow + 1];",
-             "  nanf |= (a != a) | (b != b) | (c != c) | (d != d);",
-             "  const int tb = b > a; const float m1 = tb ? b : a;",
-             "  const int tc = c > m1; const float m2 = tc ? c : m1;",
-             "  const int td = d > m2;",
-             "  const int w = td ? 3 : tc ? 2 : tb;",
-             "  o0[2 * ow] = w == 0 ? gb[ow] : 0.0f; o0[2 * ow + 1] = w == 1 ? gb[ow] : 0.0f;",
-             "  o1[2 * ow] = w == 2 ? gb[ow] : 0.0f; o1[2 * ow + 1] = w == 3 ? gb[ow] : 0.0f;",
-             "}"]
-    return lines
+    with cw.block(f"for (int64_t ow = 0; ow < {ow_n}; ow++)"):
+        cw.line(*pro.lines, f"gb[ow] = 0.0f + {widen(pool.t, dv)};")
+    cw.line(f"const float *x0 = x + r0 * {2 * width}, *x1 = x0 + {width};",
+            f"float *o0 = acc + r0 * {2 * width}, *o1 = o0 + {width};",
+            "const __m128 odd = _mm_castsi128_ps(_mm_set_epi32(-1, 0, -1, 0));",
+            "__m128 nanv = _mm_setzero_ps();",
+            "int64_t ow = 0;")
+    with cw.block(f"for (; ow + 2 <= {ow_n}; ow += 2)"):
+        cw.line("const __m128 v0 = _mm_loadu_ps(x0 + 2 * ow), v1 = _mm_loadu_ps(x1 + 2 * ow);",
+                "nanv = _mm_or_ps(nanv, _mm_or_ps(_mm_cmpunord_ps(v0, v0), "
+                "_mm_cmpunord_ps(v1, v1)));",
+                "const __m128 a = _mm_shuffle_ps(v0, v0, _MM_SHUFFLE(2, 2, 0, 0));",
+                "const __m128 b = _mm_shuffle_ps(v0, v0, _MM_SHUFFLE(3, 3, 1, 1));",
+                "const __m128 c = _mm_shuffle_ps(v1, v1, _MM_SHUFFLE(2, 2, 0, 0));",
+                "const __m128 d = _mm_shuffle_ps(v1, v1, _MM_SHUFFLE(3, 3, 1, 1));",
+                "const __m128 tb = _mm_cmpgt_ps(b, a), m1 = gc_sel4(tb, b, a);",
+                "const __m128 tc = _mm_cmpgt_ps(c, m1), m2 = gc_sel4(tc, c, m1);",
+                "const __m128 td = _mm_cmpgt_ps(d, m2);",
+                "const __m128 g2 = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(gb + ow)));",
+                "const __m128 g = _mm_shuffle_ps(g2, g2, _MM_SHUFFLE(1, 1, 0, 0));")
+        cw.comment("top row: a wins in even lanes (no b, c, d), b in odd lanes (b, no c, d)")
+        cw.line("const __m128 top = _mm_or_ps(_mm_xor_ps(tb, odd), _mm_or_ps(tc, td));")
+        cw.comment("bottom row: c wins in even lanes (c, no d), d in odd lanes")
+        cw.line("const __m128 bot = _mm_or_ps(_mm_and_ps(odd, td), "
+                "_mm_andnot_ps(odd, _mm_andnot_ps(td, tc)));",
+                f"gc_put4(o0 + 2 * ow, _mm_andnot_ps(top, g), {st});",
+                f"gc_put4(o1 + 2 * ow, _mm_and_ps(bot, g), {st1});")
+    cw.line("nanf |= _mm_movemask_ps(nanv) != 0;")
+    with cw.block(f"for (; ow < {ow_n}; ow++)"):
+        cw.line("const float a = x0[2 * ow], b = x0[2 * ow + 1];",
+                "const float c = x1[2 * ow], d = x1[2 * ow + 1];",
+                "nanf |= (a != a) | (b != b) | (c != c) | (d != d);",
+                "const int tb = b > a; const float m1 = tb ? b : a;",
+                "const int tc = c > m1; const float m2 = tc ? c : m1;",
+                "const int td = d > m2;",
+                "const int w = td ? 3 : tc ? 2 : tb;",
+                "o0[2 * ow] = w == 0 ? gb[ow] : 0.0f; o0[2 * ow + 1] = w == 1 ? gb[ow] : 0.0f;",
+                "o1[2 * ow] = w == 2 ? gb[ow] : 0.0f; o1[2 * ow + 1] = w == 3 ? gb[ow] : 0.0f;")
 
 
 class _Separable:
@@ -423,47 +437,46 @@ class _Separable:
                 ("hm", ct, str(self.h * self.owp)), ("hk", idx, str(self.h * self.owp)),
                 ("vm", ct, str(self.owp))]
 
-    def rows_h(self) -> list[str]:
+    def rows_h(self, cw: CWriter) -> None:
         """Pass H over the plane's input rows into ``hm``/``hk`` (in-row column of the max)."""
         p, t = self.p, self.p.t
         ct, idx = t.compute, p.idx
         s, d, pl = p.s[1], p.d[1], p.pad[1]
-        taps = [f"  {{ const {ct} v = xp[ow * {s} + {j * d}]; const _Bool tk = v > m; "
-                f"m = tk ? v : m; kk = tk ? ({idx})(ow * {s} + {j * d}) : kk; }}"
-                for j in range(1, p.w[1])]
-        return [f"for (int64_t c = 0; c < {self.xlen}; c++) xp[c] = -INFINITY;",
-                f"for (int64_t i = 0; i < {self.h}; i++) {{",
-                f"  for (int64_t c = 0; c < {self.wd}; c++) {{",
-                f"    const {ct} v = {widen(t, f'x[i * {self.wd} + c]')};",
-                f"    xp[{pl} + c] = v; nanf |= (v != v) | (v == -INFINITY);", "  }",
-                f"  {ct} *restrict hmr = hm + i * {self.owp};",
-                f"  {idx} *restrict hkr = hk + i * {self.owp};",
-                f"  for (int64_t ow = 0; ow < {self.owp}; ow++) {{",
-                f"    {ct} m = xp[ow * {s}]; {idx} kk = ({idx})(ow * {s});",
-                *("  " + ln for ln in taps),
-                f"    hmr[ow] = m; hkr[ow] = kk - {pl};", "  }", "}"]
+        cw.line(f"for (int64_t c = 0; c < {self.xlen}; c++) xp[c] = -INFINITY;")
+        with cw.block(f"for (int64_t i = 0; i < {self.h}; i++)"):
+            with cw.block(f"for (int64_t c = 0; c < {self.wd}; c++)"):
+                cw.line(f"const {ct} v = {widen(t, f'x[i * {self.wd} + c]')};",
+                        f"xp[{pl} + c] = v; nanf |= (v != v) | (v == -INFINITY);")
+            cw.line(f"{ct} *restrict hmr = hm + i * {self.owp};",
+                    f"{idx} *restrict hkr = hk + i * {self.owp};")
+            with cw.block(f"for (int64_t ow = 0; ow < {self.owp}; ow++)"):
+                cw.line(f"{ct} m = xp[ow * {s}]; {idx} kk = ({idx})(ow * {s});")
+                cw.line(*(f"{{ const {ct} v = xp[ow * {s} + {j * d}]; const _Bool tk = v > m; "
+                          f"m = tk ? v : m; kk = tk ? ({idx})(ow * {s} + {j * d}) : kk; }}"
+                          for j in range(1, p.w[1])))
+                cw.line(f"hmr[ow] = m; hkr[ow] = kk - {pl};")
 
-    def row_v(self) -> list[str]:
+    def row_v(self, cw: CWriter) -> None:
         """Pass V for output row ``r0``: ``bi[ow]`` is the in-plane argmax, or -1 (no tap)."""
         p = self.p
         ct, idx = p.t.compute, p.idx
         sh, pt, dh, kh = p.s[0], p.pad[0], p.d[0], p.w[0]
         owp = self.owp
-        return ["int first = 1;",
-                f"for (int64_t di = 0; di < {kh}; di++) {{",
-                f"  const int64_t i = r0 * {sh} - {pt} + di * {dh};",
-                f"  if (i < 0 || i >= {self.h}) continue;",
-                f"  const {ct} *restrict hmr = hm + i * {owp};",
-                f"  const {idx} *restrict hkr = hk + i * {owp};",
-                f"  const {idx} rb = ({idx})(i * {self.wd});",
-                "  if (first) {",
-                f"    for (int64_t ow = 0; ow < {owp}; ow++) {{ vm[ow] = hmr[ow]; "
-                "bi[ow] = rb + hkr[ow]; }",
-                "  } else {",
-                f"    for (int64_t ow = 0; ow < {owp}; ow++) {{",
-                "      const _Bool tk = hmr[ow] > vm[ow];",
-                "      vm[ow] = tk ? hmr[ow] : vm[ow]; bi[ow] = tk ? rb + hkr[ow] : bi[ow];",
-                "    }", "  }", "  first = 0;", "}",
-                f"if (first) for (int64_t ow = 0; ow < {owp}; ow++) bi[ow] = -1;",
+        cw.line("int first = 1;")
+        with cw.block(f"for (int64_t di = 0; di < {kh}; di++)"):
+            cw.line(f"const int64_t i = r0 * {sh} - {pt} + di * {dh};",
+                    f"if (i < 0 || i >= {self.h}) continue;",
+                    f"const {ct} *restrict hmr = hm + i * {owp};",
+                    f"const {idx} *restrict hkr = hk + i * {owp};",
+                    f"const {idx} rb = ({idx})(i * {self.wd});")
+            with cw.block("if (first)"):
+                cw.line(f"for (int64_t ow = 0; ow < {owp}; ow++) {{ vm[ow] = hmr[ow]; "
+                        "bi[ow] = rb + hkr[ow]; }")
+            with cw.orelse():
+                with cw.block(f"for (int64_t ow = 0; ow < {owp}; ow++)"):
+                    cw.line("const _Bool tk = hmr[ow] > vm[ow];",
+                            "vm[ow] = tk ? hmr[ow] : vm[ow]; bi[ow] = tk ? rb + hkr[ow] : bi[ow];")
+            cw.line("first = 0;")
+        cw.line(f"if (first) for (int64_t ow = 0; ow < {owp}; ow++) bi[ow] = -1;",
                 f"else for (int64_t ow = 0; ow < {owp}; ow++) "
-                "bi[ow] = vm[ow] == -INFINITY ? -1 : bi[ow];"]
+                "bi[ow] = vm[ow] == -INFINITY ? -1 : bi[ow];")

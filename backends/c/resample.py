@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import itertools
 
-
-from gradc.backends.c.kernel import Kernel, anchored, ctx_gen, omp_for
+from gradc.backends.c.kernel import (Anchored, Kernel, anchored, ctx_gen, fail_unless,
+                                     omp_for)
 from gradc.backends.c.resample_plane import static_plane_path
 from gradc.backends.c.scalar import narrow, widen
 from gradc.backends.c.ctypes_map import CType, Dims, ctype, float_literal, strides
+from gradc.backends.c.writer import CWriter
 
 
 def _tables(k: Kernel, coords: tuple, sizes: tuple) -> None:
@@ -33,19 +34,20 @@ def _tables(k: Kernel, coords: tuple, sizes: tuple) -> None:
     linear = int(a["interpolation_mode"] == "linear")
     inc = int(a["rounding_direction"] == "increasing")
     total = " + ".join(dims.expr(c) for c in coords)
-    k.emit(f"const int64_t ntap = {total};",
-           "int64_t *ti = (int64_t *)malloc((size_t)(2 * ntap) * sizeof(int64_t));",
-           "float *tw = (float *)malloc((size_t)(2 * ntap) * sizeof(float));",
-           "if (!ti || !tw) { free(ti); free(tw); return 1; }")
+    k.code.line(f"const int64_t ntap = {total};",
+                "int64_t *ti = (int64_t *)malloc((size_t)(2 * ntap) * sizeof(int64_t));",
+                "float *tw = (float *)malloc((size_t)(2 * ntap) * sizeof(float));",
+                "if (!ti || !tw) { free(ti); free(tw); return 1; }")
     off = "0"
     for d, (c, n) in enumerate(zip(coords, sizes)):
         nc = dims.expr(c)
-        k.emit(f"int64_t *I{d}_0 = ti + 2 * ({off}), *I{d}_1 = I{d}_0 + {nc};",
-               f"float *W{d}_0 = tw + 2 * ({off}), *W{d}_1 = W{d}_0 + {nc};",
-               f"gc_axis_taps({nc}, {dims.expr(n)}, {float_literal(a['scales'][d], 'float')}, "
-               f"{float_literal(a['input_pixel_offsets'][d], 'float')}, "
-               f"{float_literal(a['output_pixel_offsets'][d], 'float')}, {linear}, {inc}, "
-               f"I{d}_0, I{d}_1, W{d}_0, W{d}_1);")
+        k.code.line(f"int64_t *I{d}_0 = ti + 2 * ({off}), *I{d}_1 = I{d}_0 + {nc};",
+                    f"float *W{d}_0 = tw + 2 * ({off}), *W{d}_1 = W{d}_0 + {nc};",
+                    f"gc_axis_taps({nc}, {dims.expr(n)}, "
+                    f"{float_literal(a['scales'][d], 'float')}, "
+                    f"{float_literal(a['input_pixel_offsets'][d], 'float')}, "
+                    f"{float_literal(a['output_pixel_offsets'][d], 'float')}, {linear}, {inc}, "
+                    f"I{d}_0, I{d}_1, W{d}_0, W{d}_1);")
         off = f"{off} + {nc}"
 
 
@@ -75,7 +77,7 @@ def emit_resample(k: Kernel) -> None:
     _tables(k, y.type.shape, x.type.shape)
     xst = strides(dims, x.type.shape)
     yst = strides(dims, y.type.shape)
-    px, py = k.ptr[x], k.ptr[y]
+    px, py = k.param(x), k.param(y)
     body = []
     if _ntaps(k) == 1:
         k.as_bits(x, y)
@@ -92,11 +94,13 @@ def emit_resample(k: Kernel) -> None:
             body.append(f"{acc} s = {term};" if c == 0 else f"s = s + {term};")
         out = " + ".join(f"o{d} * {yst[d]}" for d in range(r))
         body.append(f"{py}[{out}] = {_store(t, 's')};")
-    k.emit(omp_for(dims.prod(y.type.shape), max(1, r - 1)))
-    for d in range(r):
-        k.emit("  " * d + f"for (int64_t o{d} = 0; o{d} < {dims.expr(y.type.shape[d])}; o{d}++)"
-               + (" {" if d == r - 1 else ""))
-    k.emit(*("  " * r + ln for ln in body), "  " * (r - 1) + "}", "free(ti); free(tw);")
+    heads = [f"for (int64_t o{d} = 0; o{d} < {dims.expr(y.type.shape[d])}; o{d}++)"
+             for d in range(r)]
+    cw = k.code
+    cw.line(omp_for(dims.prod(y.type.shape), max(1, r - 1)))
+    with cw.under(*heads[:-1]), cw.block(heads[-1]):
+        cw.line(*body)
+    cw.line("free(ti); free(tw);")
 
 
 # -- resample_grad ---------------------------------------------------------------------------
@@ -107,129 +111,126 @@ def emit_resample_grad(k: Kernel) -> None:
     dy, res = an.operand(0), an.result
     a = an.anchor.attrs
     dims = k.dims
+    cw = k.code
     ys, os_ = dy.type.shape, res.type.shape
     r = len(ys)
     lead = 0
     while lead < r - 1 and a["scales"][lead] == 1.0 and dims.same(ys[lead], os_[lead]):
         lead += 1
     _tables(k, ys, os_)
-    k.emit("int fast = 1, nonfinite = 0;")
+    cw.line("int fast = 1, nonfinite = 0;")
     for d in range(lead):
-        k.emit(f"for (int64_t o = 0; o < {dims.expr(ys[d])}; o++) "
-               f"fast = fast && I{d}_0[o] == o && W{d}_0[o] == 1.0f;")
-    static = all(dims.static(d) is not None for d in ys[lead:] + os_[lead:])
-    if static:
-        k.emit("int fail = 0;", "int64_t *gx = NULL; float *gw = NULL;", "if (fast) {")
-        static_plane_path(k, an, lead)
+        cw.line(f"for (int64_t o = 0; o < {dims.expr(ys[d])}; o++) "
+                f"fast = fast && I{d}_0[o] == o && W{d}_0[o] == 1.0f;")
+    if all(dims.static(d) is not None for d in ys[lead:] + os_[lead:]):
+        cw.line("int fail = 0;", "int64_t *gx = NULL; float *gw = NULL;")
+        with cw.block("if (fast)"):
+            static_plane_path(k, an, lead)
     else:
         _gather(k, r - 1, dims.expr(ys[-1]), dims.expr(os_[-1]))
-        k.emit("if (fast) {")
-        _plane_path(k, an, lead)
-    k.emit("}", "if (!fast || nonfinite) {")
-    _general_path(k, an)
-    k.emit("}", "free(ti); free(tw); free(gx); free(gw);", "if (fail) return 1;")
+        with cw.block("if (fast)"):
+            _plane_path(k, an, lead)
+    with cw.block("if (!fast || nonfinite)"):
+        _general_path(k, an)
+    cw.line("free(ti); free(tw); free(gx); free(gw);", "if (fail) return 1;")
 
 
 def _gather(k: Kernel, d: int, ny: str, no: str) -> None:
     """For each output column j: its (dY column, weight) pairs, weight != 0, padded to K."""
     taps = _ntaps(k)
-    k.emit("int fail = 0;", "int64_t K = 1;", "int64_t *gx = NULL; float *gw = NULL;",
-           f"int64_t *cnt = (int64_t *)calloc((size_t){no}, sizeof(int64_t));",
-           "if (!cnt) fail = 1;", "if (!fail) {",
-           f"  for (int64_t x = 0; x < {ny}; x++) {{")
-    for t in range(taps):
-        k.emit(f"    if (W{d}_{t}[x] != 0.0f) cnt[I{d}_{t}[x]]++;")
-    k.emit("  }",
-           f"  for (int64_t j = 0; j < {no}; j++) K = cnt[j] > K ? cnt[j] : K;",
-           f"  gx = (int64_t *)calloc((size_t)(K * {no}), sizeof(int64_t));",
-           f"  gw = (float *)calloc((size_t)(K * {no}), sizeof(float));",
-           "  if (!gx || !gw) fail = 1;", "}", "if (!fail) {",
-           f"  memset(cnt, 0, (size_t){no} * sizeof(int64_t));",
-           f"  for (int64_t x = 0; x < {ny}; x++) {{")
-    for t in range(taps):
-        k.emit(f"    if (W{d}_{t}[x] != 0.0f) {{",
-               f"      const int64_t j = I{d}_{t}[x], at = cnt[j]++ * {no} + j;",
-               f"      gx[at] = x; gw[at] = W{d}_{t}[x];", "    }")
-    k.emit("  }", "}", "free(cnt);", "if (fail) fast = 0;")
+    cw = k.code
+    cw.line("int fail = 0;", "int64_t K = 1;", "int64_t *gx = NULL; float *gw = NULL;",
+            f"int64_t *cnt = (int64_t *)calloc((size_t){no}, sizeof(int64_t));",
+            "if (!cnt) fail = 1;")
+    with cw.block("if (!fail)"):
+        with cw.block(f"for (int64_t x = 0; x < {ny}; x++)"):
+            cw.line(*(f"if (W{d}_{t}[x] != 0.0f) cnt[I{d}_{t}[x]]++;" for t in range(taps)))
+        cw.line(f"for (int64_t j = 0; j < {no}; j++) K = cnt[j] > K ? cnt[j] : K;",
+                f"gx = (int64_t *)calloc((size_t)(K * {no}), sizeof(int64_t));",
+                f"gw = (float *)calloc((size_t)(K * {no}), sizeof(float));",
+                "if (!gx || !gw) fail = 1;")
+    with cw.block("if (!fail)"):
+        cw.line(f"memset(cnt, 0, (size_t){no} * sizeof(int64_t));")
+        with cw.block(f"for (int64_t x = 0; x < {ny}; x++)"):
+            for t in range(taps):
+                with cw.block(f"if (W{d}_{t}[x] != 0.0f)"):
+                    cw.line(f"const int64_t j = I{d}_{t}[x], at = cnt[j]++ * {no} + j;",
+                            f"gx[at] = x; gw[at] = W{d}_{t}[x];")
+    cw.line("free(cnt);", "if (fail) fast = 0;")
 
 
-def _plane_path(k: Kernel, an, lead: int) -> None:
+def _plane_path(k: Kernel, an: Anchored, lead: int) -> None:
     dims = k.dims
+    cw = k.code
     dy, res = an.operand(0), an.result
     t = ctype(dy.type.dtype)
     acc = t.acc
     ys, os_ = dy.type.shape, res.type.shape
     P, dypl, opl = dims.prod(ys[:lead]), dims.prod(ys[lead:]), dims.prod(os_[lead:])
     ow = dims.expr(os_[-1])
-    pro = ctx_gen(dims, ys, f"(p * {dypl} + q)", an.loads, prefix="a")
+    pro = ctx_gen(k, ys, f"(p * {dypl} + q)", an.loads, prefix="a")
     dv = pro.get(dy)
     fin = "gc_finite_d" if acc == "double" else "gc_finite_f"
-    body = [f"{acc} *dyp = ({acc} *)gc_alloc((size_t){dypl} * sizeof({acc}));",
-            f"{acc} *acc = ({acc} *)gc_alloc((size_t){opl} * sizeof({acc}));",
-            "const int ok = dyp != NULL && acc != NULL;",
-            "if (!ok) {", "  #pragma omp atomic write", "  fail = 1;", "}",
-            "#pragma omp for schedule(static)", f"for (int64_t p = 0; p < {P}; p++) {{",
-            "  int seen;", "  #pragma omp atomic read", "  seen = nonfinite;",
-            "  if (!ok || seen) continue;", "  int nf = 0;",
-            f"  for (int64_t q = 0; q < {dypl}; q++) {{",
-            *("    " + ln for ln in pro.lines),
-            f"    const {acc} v = ({acc}){widen(t, dv)};", f"    dyp[q] = v; nf |= !{fin}(v);",
-            "  }", "  if (nf) {", "    #pragma omp atomic write", "    nonfinite = 1;",
-            "    continue;", "  }", f"  for (int64_t q = 0; q < {opl}; q++) acc[q] = 0;"]
-    body += ["  " + ln for ln in _plane_rows(dims, ys, os_, lead, _ntaps(k), ow, acc)]
-    body += ["  " + ln for ln in _write(k, an, f"p * {opl}", opl)]
-    body += ["}", "free(dyp); free(acc);"]
-    k.emit(f"#pragma omp parallel num_threads(nt) if({dims.prod(ys)} > GC_PAR_MIN)", "{",
-           *("  " + ln for ln in body), "}")
+    cw.line(f"#pragma omp parallel num_threads(nt) if({dims.prod(ys)} > GC_PAR_MIN)")
+    with cw.block():
+        cw.line(f"{acc} *dyp = ({acc} *)gc_alloc((size_t){dypl} * sizeof({acc}));",
+                f"{acc} *acc = ({acc} *)gc_alloc((size_t){opl} * sizeof({acc}));",
+                "const int ok = dyp != NULL && acc != NULL;")
+        fail_unless(cw, "ok")
+        cw.line("#pragma omp for schedule(static)")
+        with cw.block(f"for (int64_t p = 0; p < {P}; p++)"):
+            cw.line("int seen;", "#pragma omp atomic read", "seen = nonfinite;",
+                    "if (!ok || seen) continue;", "int nf = 0;")
+            with cw.block(f"for (int64_t q = 0; q < {dypl}; q++)"):
+                cw.line(*pro.lines, f"const {acc} v = ({acc}){widen(t, dv)};",
+                        f"dyp[q] = v; nf |= !{fin}(v);")
+            with cw.block("if (nf)"):
+                cw.line("#pragma omp atomic write", "nonfinite = 1;", "continue;")
+            cw.line(f"for (int64_t q = 0; q < {opl}; q++) acc[q] = 0;")
+            _plane_rows(cw, dims, ys, os_, lead, _ntaps(k), ow, acc)
+            _write(k, an, f"p * {opl}", opl)
+        cw.line("free(dyp); free(acc);")
 
 
-def _plane_rows(dims: Dims, ys: tuple, os_: tuple, lead: int, taps: int, ow: str,
-                acc: str) -> list[str]:
+def _plane_rows(cw: CWriter, dims: Dims, ys: tuple, os_: tuple, lead: int, taps: int, ow: str,
+                acc: str) -> None:
     """Scatter whole rows over the plane axes but the last; gather along the last."""
     r = len(ys)
     inner = list(range(lead, r - 1))
-    lines, ind = [], ""
-    for d in inner:
-        lines.append(ind + f"for (int64_t y{d} = 0; y{d} < {dims.expr(ys[d])}; y{d}++) {{")
-        ind += "  "
     yst = strides(dims, ys[lead:])
     ost = strides(dims, os_[lead:])
     drow = " + ".join(f"y{d} * {yst[d - lead]}" for d in inner) or "0"
-    lines.append(ind + f"const {acc} *drow = dyp + {drow};")
-    for d in inner:
-        lines.append(ind + f"for (int t{d} = 0; t{d} < {taps}; t{d}++) {{")
-        ind += "  "
     w = "1.0f"
     for d in inner:
         wd = f"(t{d} ? W{d}_1[y{d}] : W{d}_0[y{d}])"
         w = wd if w == "1.0f" else f"{w} * {wd}"
     arow = " + ".join(f"(t{d} ? I{d}_1[y{d}] : I{d}_0[y{d}]) * {ost[d - lead]}" for d in inner)
-    lines += [ind + f"const float wp = {w};", ind + "if (wp == 0.0f) continue;",
-              ind + f"{acc} *arow = acc + {arow or '0'};",
-              ind + "for (int64_t kk = 0; kk < K; kk++) {",
-              ind + f"  const int64_t *gxk = gx + kk * {ow}; const float *gwk = gw + kk * {ow};",
-              ind + f"  for (int64_t j = 0; j < {ow}; j++) "
-                    f"arow[j] += ({acc})(wp * gwk[j]) * drow[gxk[j]];",
-              ind + "}"]
-    for _ in inner * 2:
-        ind = ind[:-2]
-        lines.append(ind + "}")
-    return lines
+    with cw.blocks([f"for (int64_t y{d} = 0; y{d} < {dims.expr(ys[d])}; y{d}++)"
+                    for d in inner]):
+        cw.line(f"const {acc} *drow = dyp + {drow};")
+        with cw.blocks([f"for (int t{d} = 0; t{d} < {taps}; t{d}++)" for d in inner]):
+            cw.line(f"const float wp = {w};", "if (wp == 0.0f) continue;",
+                    f"{acc} *arow = acc + {arow or '0'};")
+            with cw.block("for (int64_t kk = 0; kk < K; kk++)"):
+                cw.line(f"const int64_t *gxk = gx + kk * {ow}; const float *gwk = gw + kk * {ow};",
+                        f"for (int64_t j = 0; j < {ow}; j++) "
+                        f"arow[j] += ({acc})(wp * gwk[j]) * drow[gxk[j]];")
 
 
-def _write(k: Kernel, an, base: str, count: str) -> list[str]:
+def _write(k: Kernel, an: Anchored, base: str, count: str) -> None:
     """Round ``acc[q]`` once and store it through the epilogue at output ``base + q``."""
     t = ctype(an.result.type.dtype)
-    epi = ctx_gen(k.dims, an.result.type.shape, f"({base} + q)", an.loads, {an.result: "rv"},
+    epi = ctx_gen(k, an.result.type.shape, f"({base} + q)", an.loads, {an.result: "rv"},
                   prefix="e")
     v = epi.get(an.out)
-    return [f"for (int64_t q = 0; q < {count}; q++) {{",
-            f"  const {t.store} rv = {narrow(t, 'acc[q]')};", *("  " + ln for ln in epi.lines),
-            f"  {an.out_ptr}[{base} + q] = {v};", "}"]
+    with k.code.block(f"for (int64_t q = 0; q < {count}; q++)"):
+        k.code.line(f"const {t.store} rv = {narrow(t, 'acc[q]')};", *epi.lines,
+                    f"{k.param(an.out)}[{base} + q] = {v};")
 
 
-def _general_path(k: Kernel, an) -> None:
+def _general_path(k: Kernel, an: Anchored) -> None:
     dims = k.dims
+    cw = k.code
     dy, res = an.operand(0), an.result
     t = ctype(dy.type.dtype)
     acc = t.acc
@@ -237,28 +238,22 @@ def _general_path(k: Kernel, an) -> None:
     r = len(ys)
     yst, ost = strides(dims, ys), strides(dims, os_)
     total = dims.prod(os_)
-    pro = ctx_gen(dims, ys, " + ".join(f"y{d} * {yst[d]}" for d in range(r)), an.loads,
+    pro = ctx_gen(k, ys, " + ".join(f"y{d} * {yst[d]}" for d in range(r)), an.loads,
                   prefix="g")
     dv = pro.get(dy)
-    k.emit(f"  {acc} *acc = ({acc} *)calloc((size_t){total}, sizeof({acc}));",
-           "  if (!acc) { fail = 1; } else {")
-    ind = "    "
-    for d in range(r):
-        k.emit(ind + f"for (int64_t y{d} = 0; y{d} < {dims.expr(ys[d])}; y{d}++)" +
-               (" {" if d == r - 1 else ""))
-        ind += "  "
-    k.emit(*(ind + ln for ln in pro.lines), ind + f"const {acc} v = ({acc}){widen(t, dv)};")
-    for d in range(r):
-        k.emit(ind + f"for (int t{d} = 0; t{d} < {_ntaps(k)}; t{d}++) {{")
-        ind += "  "
     w = "(t0 ? W0_1[y0] : W0_0[y0])"
     for d in range(1, r):
         w = f"{w} * (t{d} ? W{d}_1[y{d}] : W{d}_0[y{d}])"
     at = " + ".join(f"(t{d} ? I{d}_1[y{d}] : I{d}_0[y{d}]) * {ost[d]}" for d in range(r))
-    k.emit(ind + f"const float w = {w};", ind + f"acc[{at}] += ({acc})w * v;")
-    for d in range(r):
-        ind = ind[:-2]
-        k.emit(ind + "}")
-    ind = ind[:-2]
-    k.emit(ind + "}")
-    k.emit(*("    " + ln for ln in _write(k, an, "0", total)), "    free(acc);", "  }")
+    heads = [f"for (int64_t y{d} = 0; y{d} < {dims.expr(ys[d])}; y{d}++)" for d in range(r)]
+    cw.line(f"{acc} *acc = ({acc} *)calloc((size_t){total}, sizeof({acc}));")
+    with cw.block("if (!acc)"):
+        cw.line("fail = 1;")
+    with cw.orelse():
+        with cw.under(*heads[:-1]), cw.block(heads[-1]):
+            cw.line(*pro.lines, f"const {acc} v = ({acc}){widen(t, dv)};")
+            with cw.blocks([f"for (int t{d} = 0; t{d} < {_ntaps(k)}; t{d}++)"
+                            for d in range(r)]):
+                cw.line(f"const float w = {w};", f"acc[{at}] += ({acc})w * v;")
+        _write(k, an, "0", total)
+        cw.line("free(acc);")

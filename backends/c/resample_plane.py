@@ -14,17 +14,20 @@ dY is finite (checked on the sums, see ``_write_plane``).
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numpy as np
 
 from gradc.ir.ops.resample import axis_taps
 
-from gradc.backends.c.kernel import (Anchored, Kernel, ctx_gen, stream_flag, streamed_span,
-                                     traffic)
+from gradc.backends.c.kernel import (Anchored, Kernel, ctx_gen, fail_unless, stream_flag,
+                                     streamed_span, traffic)
 from gradc.backends.c.scalar import narrow, widen
 from gradc.backends.c.ctypes_map import ctype, float_literal
+from gradc.backends.c.writer import CWriter
 
 LANES = 16
+Run = tuple[int, int, int, list[int]]  # columns ja..jb where gx[kk][j] == a * j + b[kk]
 
 
 def _taps(attrs, d: int, ncoord: int, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -50,7 +53,7 @@ def _gather_tables(taps, ny: int, no: int) -> tuple[np.ndarray, np.ndarray, int]
     return gx, gw, k
 
 
-def _affine_run(gx: np.ndarray, full: np.ndarray) -> tuple[int, int, int, list[int]] | None:
+def _affine_run(gx: np.ndarray, full: np.ndarray) -> Run | None:
     """The longest run (>= 8) of full columns where every ``gx[kk][j] == a * j + b[kk]``."""
     n = gx.shape[1]
     cols = np.arange(n)
@@ -97,6 +100,7 @@ def _static(d: int | None) -> int:
 def static_plane_path(k: Kernel, an: Anchored, lead: int) -> None:
     """Emit the plane path with baked taps (every dim of the plane axes is static)."""
     dims = k.dims
+    cw = k.code
     dy, res = an.operand(0), an.result
     # sizes of the plane axes (static); the leading axes are never read here: 0
     ys = [0] * lead + [_static(dims.static(d)) for d in dy.type.shape[lead:]]
@@ -116,81 +120,72 @@ def static_plane_path(k: Kernel, an: Anchored, lead: int) -> None:
     for d in rows:
         idx = np.stack([ti for ti, _ in row_taps[d]])
         wts = np.stack([tw for _, tw in row_taps[d]])
-        k.emit(_c_array(f"RI{d}", "int32_t", idx), _c_array(f"RW{d}", "float", wts))
+        cw.line(_c_array(f"RI{d}", "int32_t", idx), _c_array(f"RW{d}", "float", wts))
     ntap = len(next(iter(row_taps.values()))) if rows else 1
     dypl = math.prod(ys[lead:])
     orows = math.prod(os_[lead:-1])
     opl = math.prod(os_[lead:])
     direct = an.operand(0) in an.loads and not t.is_f16
-    plane = [f"{acc} *accb = ({acc} *)gc_alloc((size_t){orows * owp} * sizeof({acc}));",
-             f"{acc} *G = ({acc} *)gc_alloc((size_t){kcount * owp} * sizeof({acc}));"]
-    if not direct:
-        plane.append(f"{acc} *dyp = ({acc} *)gc_alloc((size_t){dypl} * sizeof({acc}));")
-    names = ["accb", "G"] + ([] if direct else ["dyp"])
+    buffers = [("accb", orows * owp), ("G", kcount * owp)] + ([] if direct else [("dyp", dypl)])
     ones = bool(np.all(gw[gw != 0] == 1)) and all(
         np.all((w == 0) | (w == 1)) for d in rows for _, w in row_taps[d])
     if not ones:  # the column indices are baked into the gather code (GX is not emitted)
-        k.emit(_c_array("GW", "float", gw))
-    body = _plane_body(k, an, lead, ys, os_, rows, ntap, gw, gx, run, direct, dypl, opl, ones)
+        cw.line(_c_array("GW", "float", gw))
     moved = traffic(dims, [*an.loads, an.out])
-    k.emit(f"const int gst = {stream_flag([an.out_ptr], moved)}; (void)gst;",
-           f"#pragma omp parallel num_threads(nt) if({dims.prod(dy.type.shape)} > GC_PAR_MIN)",
-           "{", *("  " + ln for ln in plane),
-           f"  const int ok = {' && '.join(n + ' != NULL' for n in names)};",
-           "  if (!ok) {", "    #pragma omp atomic write", "    fail = 1;", "  }",
-           f"  if (ok) for (int64_t q = 0; q < {kcount * owp}; q++) G[q] = 0;",
-           "  #pragma omp for schedule(static)",
-           f"  for (int64_t p = 0; p < {dims.prod(dy.type.shape[:lead])}; p++) {{",
-           *("    " + ln for ln in body), "  }", "  gc_stream_fence();",
-           *(f"  free({n});" for n in names), "}")
+    cw.line(f"const int gst = {stream_flag([k.param(an.out)], moved)}; (void)gst;",
+            f"#pragma omp parallel num_threads(nt) if({dims.prod(dy.type.shape)} > GC_PAR_MIN)")
+    with cw.block():
+        cw.line(*(f"{acc} *{name} = ({acc} *)gc_alloc((size_t){size} * sizeof({acc}));"
+                  for name, size in buffers),
+                f"const int ok = {' && '.join(name + ' != NULL' for name, _ in buffers)};")
+        fail_unless(cw, "ok")
+        cw.line(f"if (ok) for (int64_t q = 0; q < {kcount * owp}; q++) G[q] = 0;",
+                "#pragma omp for schedule(static)")
+        with cw.block(f"for (int64_t p = 0; p < {dims.prod(dy.type.shape[:lead])}; p++)"):
+            _plane_body(cw, k, an, lead, ys, os_, rows, ntap, gw, gx, run, direct, dypl, opl,
+                        ones)
+        cw.line("gc_stream_fence();", *(f"free({name});" for name, _ in buffers))
 
 
-def _plane_body(k: Kernel, an: Anchored, lead: int, ys, os_, rows, ntap, gw, gx, run,
-                direct: bool, dypl: int, opl: int, ones: bool) -> list[str]:
-    dims = k.dims
+def _plane_body(cw: CWriter, k: Kernel, an: Anchored, lead: int, ys: list[int],
+                os_: list[int], rows: list[int], ntap: int, gw: np.ndarray, gx: np.ndarray,
+                run: Run | None, direct: bool, dypl: int, opl: int, ones: bool) -> None:
+    """One plane ``p``: dY (through the prologue), the row taps, then the rounded plane."""
     kcount, owp = gx.shape
     dy = an.operand(0)
     t = ctype(dy.type.dtype)
     acc = t.acc
-    lines = ["int seen;", "#pragma omp atomic read", "seen = nonfinite;",
-             "if (!ok || seen) continue;", "int nf = 0;"]
+    cw.line("int seen;", "#pragma omp atomic read", "seen = nonfinite;",
+            "if (!ok || seen) continue;", "int nf = 0;")
     if direct:
-        lines.append(f"const {t.store} *dyp = {an.loads[dy]} + p * {dypl};")
+        cw.line(f"const {t.store} *dyp = {k.param(dy)} + p * {dypl};")
     else:
-        pro = ctx_gen(dims, dy.type.shape, f"(p * {dypl} + q)", an.loads, prefix="a")
+        pro = ctx_gen(k, dy.type.shape, f"(p * {dypl} + q)", an.loads, prefix="a")
         v = pro.get(dy)
-        lines += [f"for (int64_t q = 0; q < {dypl}; q++) {{", *("  " + ln for ln in pro.lines),
-                  f"  dyp[q] = ({acc}){widen(t, v)};", "}"]
+        with cw.block(f"for (int64_t q = 0; q < {dypl}; q++)"):
+            cw.line(*pro.lines, f"dyp[q] = ({acc}){widen(t, v)};")
     orows = math.prod(os_[lead:-1])
-    lines.append(f"for (int64_t q = 0; q < {orows * owp}; q++) accb[q] = 0;")
-    ind = ""
-    for d in rows:
-        lines.append(ind + f"for (int64_t y{d} = 0; y{d} < {ys[d]}; y{d}++) {{")
-        ind += "  "
+    cw.line(f"for (int64_t q = 0; q < {orows * owp}; q++) accb[q] = 0;")
     yst = {d: math.prod(ys[d + 1:]) for d in rows}
     drow = " + ".join(f"y{d} * {yst[d]}" for d in rows) or "0"
-    lines.append(ind + f"const {acc if not direct else t.store} *drow = dyp + {drow};")
-    lines += [ind + ln for ln in _gather_code(gx, gw, run)]
-    for d in rows:
-        lines.append(ind + f"for (int t{d} = 0; t{d} < {ntap}; t{d}++) {{")
-        ind += "  "
     w = " * ".join(f"RW{d}[t{d} * {ys[d]} + y{d}]" for d in rows) or "1.0f"
     ost = {d: math.prod(os_[d + 1:-1]) for d in rows}
     arow = " + ".join(f"(int64_t)RI{d}[t{d} * {ys[d]} + y{d}] * {ost[d]}" for d in rows) or "0"
-    lines += [ind + f"const float wp = {w};"]
-    if rows:
-        lines.append(ind + "if (wp == 0.0f) continue;")
-    lines += [ind + f"{acc} *restrict arow = accb + ({arow}) * {owp};"]
-    lines += [ind + ln for ln in _accumulate(gx, run, ones, acc)]
-    for _ in rows * 2:
-        ind = ind[:-2]
-        lines.append(ind + "}")
-    lines += _write_plane(k, an, opl, os_[-1], owp)
-    lines += ["if (nf) {", "  #pragma omp atomic write", "  nonfinite = 1;", "}"]
-    return lines
+    with cw.blocks([f"for (int64_t y{d} = 0; y{d} < {ys[d]}; y{d}++)" for d in rows]):
+        cw.line(f"const {acc if not direct else t.store} *drow = dyp + {drow};")
+        _gather_code(cw, gx, gw, run)
+        with cw.blocks([f"for (int t{d} = 0; t{d} < {ntap}; t{d}++)" for d in rows]):
+            cw.line(f"const float wp = {w};")
+            if rows:
+                cw.line("if (wp == 0.0f) continue;")
+            cw.line(f"{acc} *restrict arow = accb + ({arow}) * {owp};")
+            _accumulate(cw, gx, run, ones, acc)
+    _write_plane(cw, k, an, opl, os_[-1], owp)
+    with cw.block("if (nf)"):
+        cw.line("#pragma omp atomic write", "nonfinite = 1;")
 
 
-def _gather_code(gx: np.ndarray, gw: np.ndarray, run) -> list[str]:
+def _gather_code(cw: CWriter, gx: np.ndarray, gw: np.ndarray, run: Run | None) -> None:
     """G[kk][j] = drow[GX[kk][j]] for the columns outside the affine run, weight != 0 only.
 
     The other entries of G stay 0 (set once per thread), so they add nothing.
@@ -199,14 +194,15 @@ def _gather_code(gx: np.ndarray, gw: np.ndarray, run) -> list[str]:
     rest = [(kk, j) for kk in range(kcount) for j in range(owp)
             if gw[kk, j] != 0 and not (run and run[0] <= j <= run[1])]
     if len(rest) <= 64:
-        return [f"G[{kk * owp + j}] = drow[{gx[kk, j]}];" for kk, j in rest]
+        cw.line(*(f"G[{kk * owp + j}] = drow[{gx[kk, j]}];" for kk, j in rest))
+        return
     pos = np.array([kk * owp + j for kk, j in rest])
     src = np.array([gx[kk, j] for kk, j in rest])
-    return [_c_array("GP", "int32_t", pos), _c_array("GS", "int32_t", src),
-            f"for (int64_t e = 0; e < {len(rest)}; e++) G[GP[e]] = drow[GS[e]];"]
+    cw.line(_c_array("GP", "int32_t", pos), _c_array("GS", "int32_t", src),
+            f"for (int64_t e = 0; e < {len(rest)}; e++) G[GP[e]] = drow[GS[e]];")
 
 
-def _accumulate(gx: np.ndarray, run, ones: bool, acc: str) -> list[str]:
+def _accumulate(cw: CWriter, gx: np.ndarray, run: Run | None, ones: bool, acc: str) -> None:
     """``arow[j] += w * dY`` for every contribution kk of column j, in kk (canonical) order.
 
     On the affine run the dY values are read straight from ``drow`` (strided loads), elsewhere
@@ -214,26 +210,27 @@ def _accumulate(gx: np.ndarray, run, ones: bool, acc: str) -> list[str]:
     """
     kcount, owp = gx.shape
 
-    def loop(lo: int, hi: int, value) -> list[str]:
+    def loop(lo: int, hi: int, value: Callable[[int], str]) -> None:
         terms = [value(kk) if ones else f"({acc})(wp * GW[{kk * owp} + j]) * {value(kk)}"
                  for kk in range(kcount)]
-        return [f"for (int64_t j = {lo}; j <= {hi}; j++) {{", f"  {acc} s = arow[j];",
-                *(f"  s = s + {term};" for term in terms), "  arow[j] = s;", "}"]
+        with cw.block(f"for (int64_t j = {lo}; j <= {hi}; j++)"):
+            cw.line(f"{acc} s = arow[j];", *(f"s = s + {term};" for term in terms),
+                    "arow[j] = s;")
 
     def from_g(kk: int) -> str:
         return f"G[{kk * owp} + j]"
 
     if run is None:
-        return loop(0, owp - 1, from_g)
+        loop(0, owp - 1, from_g)
+        return
     ja, jb, a, bs = run
-    lines = loop(ja, jb, lambda kk: f"drow[{a} * j + {bs[kk]}]")
+    loop(ja, jb, lambda kk: f"drow[{a} * j + {bs[kk]}]")
     for lo, hi in ((0, ja - 1), (jb + 1, owp - 1)):
         if lo <= hi:
-            lines += loop(lo, hi, from_g)
-    return lines
+            loop(lo, hi, from_g)
 
 
-def _write_plane(k: Kernel, an: Anchored, opl: int, ow: int, owp: int) -> list[str]:
+def _write_plane(cw: CWriter, k: Kernel, an: Anchored, opl: int, ow: int, owp: int) -> None:
     """Round and store the plane (through the epilogue); ``nf`` notes a non-finite sum.
 
     Every dY element adds a nonzero multiple of itself to some sum, so an inf or NaN in dY
@@ -243,10 +240,11 @@ def _write_plane(k: Kernel, an: Anchored, opl: int, ow: int, owp: int) -> list[s
     t = ctype(an.result.type.dtype)
     fin = "gc_finite_d" if t.acc == "double" else "gc_finite_f"
     base = f"p * {opl}"
-    epi = ctx_gen(k.dims, an.result.type.shape, f"({base} + i * {ow} + q)", an.loads,
+    epi = ctx_gen(k, an.result.type.shape, f"({base} + i * {ow} + q)", an.loads,
                   {an.result: "rv"}, prefix="e")
     v = epi.get(an.out)
-    sv = "accb[i * {owp} + q]".format(owp=owp)
+    sv = f"accb[i * {owp} + q]"
     body = [f"nf |= !{fin}({sv});", f"const {t.store} rv = {narrow(t, sv)};", *epi.lines]
-    row = streamed_span(k, an.out, f"{an.out_ptr} + {base} + i * {ow}", ow, body, v, "gst")
-    return [f"for (int64_t i = 0; i < {opl // ow}; i++) {{", *("  " + ln for ln in row), "}"]
+    with cw.block(f"for (int64_t i = 0; i < {opl // ow}; i++)"):
+        streamed_span(k, cw, an.out, f"{k.param(an.out)} + {base} + i * {ow}", ow, body, v,
+                      "gst")

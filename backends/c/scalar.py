@@ -12,6 +12,7 @@ from typing import Callable
 
 from gradc.errors import UnsupportedError
 from gradc.ir.core import Node, Value
+from gradc.ir.fused import value_operands
 from gradc.ir.types import DType
 
 from gradc.backends.c.ctypes_map import CType, compute_literal, ctype, literal
@@ -110,7 +111,7 @@ def cast(node: Node, a: list[str]) -> str:
 
 
 def cast_expr(src: CType, dst: CType, e: str) -> str:
-    """NumPy ``astype`` from ``src`` to ``dst`` of a stored value (see c_prelude for float->int)."""
+    """NumPy ``astype`` from ``src`` to ``dst`` of a stored value (see prelude.h for float->int)."""
     if src.dtype == dst.dtype:
         return e
     if dst.dtype == DType.bool:
@@ -155,28 +156,28 @@ SCALAR: dict[str, Scalar] = {
     "add": _binary("+"), "sub": _binary("-"), "mul": _binary("*"), "neg": neg,
     "identity": identity, "expand": identity, "cast": cast,
 }
-# Operands an op reads (expand's ``like`` gives only a shape).
-USED_OPERANDS = {"expand": (0,)}
 
 
 def used_operands(node: Node) -> list[Value]:
-    """The operands whose values the op's expression reads."""
-    idx = USED_OPERANDS.get(node.op, range(len(node.inputs)))
-    return [node.inputs[i] for i in idx]
+    """The operands whose values the op's expression reads (``OpDef.shape_operands`` aside)."""
+    return value_operands(node)
 
 
 class ExprGen:
     """Emits one C statement per value needed at one element: loads, then op expressions.
 
     ``loads`` maps values read from memory to ``(pointer, offset function)``; ``fixed`` maps
-    values already held in a C variable (an anchor's result) to that variable.
+    values already held in a C variable (an anchor's result) to that variable. The pointers that
+    a load is emitted from are added to ``read`` (a kernel's record of the parameters it uses).
     """
 
     def __init__(self, loads: dict[Value, tuple[str, Callable[[Value], str]]],
-                 fixed: dict[Value, str] | None = None, prefix: str = "t") -> None:
+                 fixed: dict[Value, str] | None = None, prefix: str = "t",
+                 read: set[str] | None = None) -> None:
         self.loads = loads
         self.fixed = dict(fixed or {})
         self.prefix = prefix
+        self.read = read if read is not None else set()
         self.lines: list[str] = []
         self.names: dict[Value, str] = {}
 
@@ -189,6 +190,7 @@ class ExprGen:
         t = ctype(v.type.dtype)
         if v in self.loads:
             ptr, offset = self.loads[v]
+            self.read.add(ptr)
             expr = f"{ptr}[{offset(v)}]"
         else:
             node = v.producer

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from gradc.backends.c.kernel import Anchored, Kernel, anchored, ctx_gen, omp_for
 from gradc.backends.c.ctypes_map import Dims, ctype, literal
+from gradc.backends.c.writer import CWriter
 
 
 def _axes(k: Kernel, an: Anchored) -> list[dict]:
@@ -49,48 +50,54 @@ class _Row:
         self.k = k
         self.an = an
         self.t = ctype(an.out.type.dtype)
-        self.out = an.out_ptr
+        self.out = k.param(an.out)
         self.plain = an.operand(0) in an.loads and not an.has_epilogue
 
-    def value(self, c: str, j: str) -> list[str]:
+    def value(self, cw: CWriter, c: str, j: str) -> None:
         """Store the element at output ``ob + j`` whose gradient is dy element ``yb + c``."""
-        an, dims = self.an, self.k.dims
+        an, k = self.an, self.k
         if self.plain:  # a bit copy
-            return [f"{self.out}[ob + {j}] = {an.loads[an.operand(0)]}[yb + {c}];"]
-        pro = ctx_gen(dims, an.operand(0).type.shape, f"(yb + {c})", an.loads, prefix="a")
+            cw.line(f"{self.out}[ob + {j}] = {k.param(an.operand(0))}[yb + {c}];")
+            return
+        pro = ctx_gen(k, an.operand(0).type.shape, f"(yb + {c})", an.loads, prefix="a")
         v = pro.get(an.operand(0))
         lines = pro.lines
         if an.has_epilogue:
-            epi = ctx_gen(dims, an.result.type.shape, f"(ob + {j})", an.loads,
+            epi = ctx_gen(k, an.result.type.shape, f"(ob + {j})", an.loads,
                           {an.result: v}, prefix="e")
             v = epi.get(an.out)
             lines = lines + epi.lines
-        return ["{", *("  " + ln for ln in lines), f"  {self.out}[ob + {j}] = {v};", "}"]
+        with cw.block():
+            cw.line(*lines, f"{self.out}[ob + {j}] = {v};")
 
-    def zero(self, j: str) -> list[str]:
+    def zero(self, cw: CWriter, j: str) -> None:
         """Store the element at output ``ob + j`` that receives no gradient."""
         an = self.an
         zero = literal(0, an.result.type.dtype)
         if not an.has_epilogue:
-            return [f"{self.out}[ob + {j}] = {zero};"]
-        epi = ctx_gen(self.k.dims, an.result.type.shape, f"(ob + {j})", an.loads,
+            cw.line(f"{self.out}[ob + {j}] = {zero};")
+            return
+        epi = ctx_gen(self.k, an.result.type.shape, f"(ob + {j})", an.loads,
                       {an.result: zero}, prefix="e")
         v = epi.get(an.out)
-        return ["{", *("  " + ln for ln in epi.lines), f"  {self.out}[ob + {j}] = {v};", "}"]
+        with cw.block():
+            cw.line(*epi.lines, f"{self.out}[ob + {j}] = {v};")
 
-    def zeros(self, a: str, b: str) -> list[str]:
+    def zeros(self, cw: CWriter, a: str, b: str) -> None:
         """Zero elements ``ob + a`` .. ``ob + b - 1``."""
         if not self.an.has_epilogue:
-            return [f"if ({b} > {a}) memset({self.out} + ob + {a}, 0, "
-                    f"(size_t)({b} - {a}) * {self.t.width // 8});"]
-        return [f"for (int64_t j = {a}; j < {b}; j++) {{", *("  " + ln for ln in self.zero("j")),
-                "}"]
+            cw.line(f"if ({b} > {a}) memset({self.out} + ob + {a}, 0, "
+                    f"(size_t)({b} - {a}) * {self.t.width // 8});")
+            return
+        with cw.block(f"for (int64_t j = {a}; j < {b}; j++)"):
+            self.zero(cw, "j")
 
 
 def emit_slice_grad(k: Kernel) -> None:
     """dX: zeros with dY stored at the window's lattice (a store each, no sum)."""
     an = anchored(k)
     dims = k.dims
+    cw = k.code
     axes = _axes(k, an)
     row = _Row(k, an)
     if row.plain:
@@ -99,22 +106,22 @@ def emit_slice_grad(k: Kernel) -> None:
     ost = [dims.prod([d for ax in axes[j + 1:] for d in ax["out"]]) for j in range(m)]
     yst = [dims.prod([d for ax in axes[j + 1:] for d in ax["dy"]]) for j in range(m)]
     if m > 1:
-        k.emit(omp_for(dims.prod(an.result.type.shape), m - 1))
-    for j, ax in enumerate(axes[:-1]):
-        k.emit("  " * j + f"for (int64_t o{j} = 0; o{j} < {dims.prod(ax['out'])}; o{j}++)")
-    body = ["int ok = 1;"]
-    for j, ax in enumerate(axes[:-1]):
-        body += _lattice(dims, ax, f"o{j}", f"c{j}")
+        cw.line(omp_for(dims.prod(an.result.type.shape), m - 1))
+    heads = [f"for (int64_t o{j} = 0; o{j} < {dims.prod(ax['out'])}; o{j}++)"
+             for j, ax in enumerate(axes[:-1])]
     ob = " + ".join(f"o{j} * {ost[j]}" for j in range(m - 1)) or "0"
     yb = " + ".join(f"c{j} * {yst[j]}" for j in range(m - 1)) or "0"
-    body += [f"const int64_t ob = {ob};", f"const int64_t yb = ok ? {yb} : 0;", "(void)yb;"]
     inner = axes[-1]
     width = dims.prod(inner["out"])
-    body += ["if (!ok) {", *("  " + ln for ln in row.zeros("0", width)), "} else {"]
-    body += ["  " + ln for ln in _inner(dims, inner, row, width)]
-    body += ["}"]
-    ind = "  " * max(0, m - 1)
-    k.emit(ind + "{", *(ind + "  " + ln for ln in body), ind + "}")
+    with cw.under(*heads), cw.block():
+        cw.line("int ok = 1;")
+        for j, ax in enumerate(axes[:-1]):
+            cw.line(*_lattice(dims, ax, f"o{j}", f"c{j}"))
+        cw.line(f"const int64_t ob = {ob};", f"const int64_t yb = ok ? {yb} : 0;", "(void)yb;")
+        with cw.block("if (!ok)"):
+            row.zeros(cw, "0", width)
+        with cw.orelse():
+            _inner(cw, dims, inner, row, width)
 
 
 def _lattice(dims: Dims, ax: dict, p: str, c: str) -> list[str]:
@@ -130,24 +137,24 @@ def _lattice(dims: Dims, ax: dict, p: str, c: str) -> list[str]:
     return [f"ok = ok && ({cond});", f"const int64_t {c} = {val};"]
 
 
-def _inner(dims: Dims, ax: dict, row: _Row, width: str) -> list[str]:
+def _inner(cw: CWriter, dims: Dims, ax: dict, row: _Row, width: str) -> None:
+    """The row along the innermost axis: zeros, the lattice's values and gaps, zeros."""
     n = dims.prod(ax["dy"])
     lo, ast = ax["lo"], ax["ast"]
     c = f"({n} - 1 - q)" if ax["neg"] else "q"
-    out = list(row.zeros("0", lo))
+    row.zeros(cw, "0", lo)
     if ast == 1:
-        out += [f"for (int64_t q = 0; q < {n}; q++) {{",
-                *("  " + ln for ln in row.value(c, f"({lo} + q)")), "}"]
+        with cw.block(f"for (int64_t q = 0; q < {n}; q++)"):
+            row.value(cw, c, f"({lo} + q)")
     else:
-        gaps = []
-        for z in range(1, ast):
-            gaps += row.zero(f"({lo} + {ast} * q + {z})") if ast <= 4 else []
-        if ast > 4:
-            gaps = row.zeros(f"({lo} + {ast} * q + 1)", f"({lo} + {ast} * q + {ast})")
-        out += [f"for (int64_t q = 0; q < {n} - 1; q++) {{",
-                *("  " + ln for ln in row.value(c, f"({lo} + {ast} * q)")),
-                *("  " + ln for ln in gaps), "}",
-                "{", f"  const int64_t q = {n} - 1;",
-                *("  " + ln for ln in row.value(c, f"({lo} + {ast} * q)")), "}"]
-    out += row.zeros(f"({lo} + {ast} * ({n} - 1) + 1)", width)
-    return out
+        with cw.block(f"for (int64_t q = 0; q < {n} - 1; q++)"):
+            row.value(cw, c, f"({lo} + {ast} * q)")
+            if ast > 4:
+                row.zeros(cw, f"({lo} + {ast} * q + 1)", f"({lo} + {ast} * q + {ast})")
+            else:
+                for z in range(1, ast):
+                    row.zero(cw, f"({lo} + {ast} * q + {z})")
+        with cw.block():
+            cw.line(f"const int64_t q = {n} - 1;")
+            row.value(cw, c, f"({lo} + {ast} * q)")
+    row.zeros(cw, f"({lo} + {ast} * ({n} - 1) + 1)", width)

@@ -1,13 +1,12 @@
 """The ``"c"`` target: generated C (C11, standard library, optional OpenMP) loaded with ctypes.
 
-``build(graph, shapes, report=None, cc=None, threads=None, cache_dir=None, openmp=True)``:
+``TARGET.lower(graph, shapes, cc=None, threads=None, cache_dir=None, openmp=True)``:
 
 - ``cc``: the compiler command (default ``$CC``, else ``cc``; read here, at the API boundary).
 - ``threads``: OpenMP threads per call (default: OpenMP's default, all cores).
 - ``cache_dir``: where libraries are cached (default ``$XDG_CACHE_HOME/gradc`` or
   ``~/.cache/gradc``).
 - ``openmp``: set False to compile without OpenMP even where the compiler supports it.
-- ``instruments`` (a pass-pipeline option that ``compile`` forwards) is accepted and ignored.
 
 Layout of the program (``c_emit``): one static function per node or fused group, one entry
 function. Fused groups never get intermediate buffers: an elementwise group is one loop; an
@@ -34,14 +33,12 @@ import os
 from typing import Any, Mapping
 
 from gradc.errors import GradcError
-from gradc.executable import Executable
 from gradc.ir.core import Graph
 
 from gradc.backends.c.build import compile_library
-from gradc.backends.c.emit import generate
+from gradc.backends.c.emit import EMITTERS, SPECIAL, generate
 from gradc.backends.c.runtime import CRunner
-
-
+from gradc.backends.target import Lowered
 
 
 def default_cache_dir() -> str:
@@ -50,22 +47,39 @@ def default_cache_dir() -> str:
     return os.path.join(base, "gradc")
 
 
-def build(graph: Graph, shapes: Mapping[str, int] | None = None, report: list | None = None,
-          cc: str | None = None, threads: int | None = None, cache_dir: str | None = None,
-          openmp: bool = True, **options: Any) -> Executable:
-    """Generate, compile (or reuse) and load the C program of a verified graph."""
-    unknown = sorted(options)
-    if unknown:
-        name = unknown[0]
-        raise GradcError(f"c target: {name}: expected one of cc, threads, cache_dir, openmp, "
-                         f"got an unknown option {name}={options[name]!r}")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
-                                or threads < 1):
-        raise GradcError(f"c target: threads: expected an int >= 1 or None, got {threads!r}")
-    cc = cc if cc is not None else os.environ.get("CC", "cc")
-    cache_dir = cache_dir if cache_dir is not None else default_cache_dir()
-    program = generate(graph, shapes)
-    lib = compile_library(program.source, cc, cache_dir, openmp=openmp)
-    runner = CRunner(lib, program.symbols, program.inputs, program.outputs, threads)
-    return Executable(graph, "c", runner, shapes, source=program.source, contiguous=True,
-                      report=report)
+class CTarget:
+    """The ``"c"`` target (see the module docstring)."""
+
+    name: str = "c"
+    exact: bool = True
+    artifact_kind: str | None = "C source"
+
+    def lowerings(self) -> frozenset[str]:
+        """The ops with a C emitter (constants and fused groups are the program's own)."""
+        return frozenset(EMITTERS) | frozenset(SPECIAL)
+
+    def artifact(self, graph: Graph, shapes: Mapping[str, int]) -> str:
+        """The C source; no compiler is needed to write it."""
+        return generate(graph, shapes).source
+
+    def lower(self, graph: Graph, shapes: Mapping[str, int], cc: str | None = None,
+              threads: int | None = None, cache_dir: str | None = None, openmp: bool = True,
+              **options: Any) -> Lowered:
+        """Generate, compile (or reuse) and load the C program of a verified graph."""
+        unknown = sorted(options)
+        if unknown:
+            name = unknown[0]
+            raise GradcError(f"c target: {name}: expected one of cc, threads, cache_dir, "
+                             f"openmp, got an unknown option {name}={options[name]!r}")
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                    or threads < 1):
+            raise GradcError(f"c target: threads: expected an int >= 1 or None, got {threads!r}")
+        cc = cc if cc is not None else os.environ.get("CC", "cc")
+        cache_dir = cache_dir if cache_dir is not None else default_cache_dir()
+        program = generate(graph, shapes)
+        lib = compile_library(program.source, cc, cache_dir, openmp=openmp)
+        runner = CRunner(lib, program.symbols, program.inputs, program.outputs, threads)
+        return Lowered(runner, source=program.source, contiguous=True)
+
+
+TARGET = CTarget()

@@ -17,6 +17,7 @@ from gradc.ir.ops.slice import copy_start
 from gradc.ir.types import Dim
 
 from gradc.backends.numpy.function import FunctionEmitter, Slot, Step
+from gradc.backends.numpy.helpers import reference_helper
 from gradc.backends.numpy.text import dtype_expr, scalar
 
 
@@ -179,7 +180,9 @@ def emit_slice_grad(em: FunctionEmitter, step: Step) -> None:
     em.emit(f"{y}[{index}] = {em.var(dy_val)}")
 
 
-def _helper(name: str) -> Callable[[FunctionEmitter, Step], None]:
+def _helper(op: str) -> Callable[[FunctionEmitter, Step], None]:
+    name = reference_helper(op)
+
     def emit_helper(em: FunctionEmitter, step: Step) -> None:
         attrs = em.module.attrs(step.node.attrs)
         em.module.use(name)
@@ -199,7 +202,7 @@ EMITTERS: dict[str, Callable[[FunctionEmitter, Step], None]] = {
     "mul": _ufunc("multiply"), "neg": _ufunc("negative"), "identity": emit_identity,
     "cast": emit_cast, "expand": emit_expand, "constant": emit_constant,
     "reshape": emit_reshape, "slice": emit_slice, "slice_grad": emit_slice_grad,
-    "max_pooling": _helper("_max_pooling"), "max_pooling_grad": _helper("_max_pooling_grad"),
-    "resample": _helper("_resample"), "resample_grad": _helper("_resample_grad"),
-    "reduce_sum": _helper("_reduce_sum"),
+    "max_pooling": _helper("max_pooling"), "max_pooling_grad": _helper("max_pooling_grad"),
+    "resample": _helper("resample"), "resample_grad": _helper("resample_grad"),
+    "reduce_sum": _helper("reduce_sum"),
 }

@@ -1,53 +1,28 @@
 """Helper functions for generated NumPy modules: the reference code, copied as source text.
 
-The NumPy target calls these helpers for the ops whose reference is more than one vectorized
-expression (max pooling, resample, reduce_sum). Their text is taken from ``gradc.ir.ops`` with
+The NumPy target calls a helper for each op whose reference is more than one vectorized
+expression (max pooling, resample, reduce_sum): ``reference_helper(op)`` names it ``_<op>``, a
+copy of the op's ``OpDef.reference``. Nothing lists what to copy: the functions of
+``gradc.ir.ops`` that a copied function calls are found in its syntax tree and copied too,
+transitively, each renamed with a leading underscore. The text is taken with
 ``inspect.getsource``, comments included; only the signature (no ``self``, no annotations) and
-a few names change (private helper names, ``itertools.product`` -> a NumPy-only ``_product``),
-at positions found with ``ast``. So the generated module stands alone and computes exactly what
-the reference computes, in the same order.
+those names change (and ``itertools.product`` -> a NumPy-only ``_product``), at positions found
+with ``ast``. So the generated module stands alone and computes exactly what the reference
+computes, in the same order.
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
-import importlib
 import inspect
 import symtable
 import textwrap
-from typing import Callable
+from typing import Any, Callable
 
 from gradc.errors import GradcError
-
-# gradc.ir.ops re-exports builders under the module names, so load the modules themselves.
-common = importlib.import_module("gradc.ir.ops.common")
-math = importlib.import_module("gradc.ir.ops.arith")
-pooling = importlib.import_module("gradc.ir.ops.pooling")
-resample = importlib.import_module("gradc.ir.ops.resample")
-
-# Helper name in the generated module -> the reference function or method it copies.
-COPIED: dict[str, Callable] = {
-    "_window_argmax": pooling.window_argmax,
-    "_lowest": common.lowest,
-    "_store": common.store,
-    "_axis_taps": resample.axis_taps,
-    "_all_taps": resample.all_taps,
-    "_bshape": resample._bshape,
-    "_scatter_canonical": resample.scatter_canonical,
-    "_max_pooling": pooling.MaxPooling.reference,
-    "_max_pooling_grad": pooling.MaxPoolingGrad.reference,
-    "_resample": resample.Resample.reference,
-    "_resample_grad": resample.ResampleGrad.reference,
-    "_reduce_sum": math.ReduceSum.reference,
-}
-
-# Names the copied code uses for other helpers.
-RENAMES = {
-    "window_argmax": "_window_argmax", "lowest": "_lowest", "store": "_store",
-    "acc_dtype": "_acc_dtype", "axis_taps": "_axis_taps", "all_taps": "_all_taps",
-    "_bshape": "_bshape", "scatter_canonical": "_scatter_canonical",
-}
+from gradc.ir.ops import REGISTRY
+from gradc.ir.ops import common
 
 _PRODUCT = '''\
 def _product(*pools):
@@ -85,14 +60,31 @@ def _acc_dtype_source() -> str:
     )
 
 
-def _edits(fn: ast.FunctionDef, first: int) -> list[tuple[int, int, int, str]]:
+def _private(name: str) -> str:
+    return name if name.startswith("_") else "_" + name
+
+
+def _callees(func: Callable, fn: ast.FunctionDef) -> dict[str, Callable]:
+    """The functions of ``gradc.ir.ops`` that ``func`` reads by a global name."""
+    scope = getattr(func, "__globals__", {})
+    out: dict[str, Callable] = {}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Name) and node.id in scope:
+            v = scope[node.id]
+            if inspect.isfunction(v) and v.__module__.startswith("gradc.ir.ops."):
+                out[node.id] = v
+    return out
+
+
+def _edits(fn: ast.FunctionDef, first: int,
+           renames: dict[str, str]) -> list[tuple[int, int, int, str]]:
     """(line, start byte, end byte, text) of every rename in the body (lines >= ``first``)."""
     out = []
     for node in ast.walk(fn):
         if node is fn or getattr(node, "lineno", 0) < first:
             continue
-        if isinstance(node, ast.Name) and node.id in RENAMES:
-            text = RENAMES[node.id]
+        if isinstance(node, ast.Name) and node.id in renames:
+            text = renames[node.id]
         elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
               and node.value.id == "itertools" and node.attr == "product"):
             text = "_product"
@@ -118,14 +110,30 @@ def _copy(name: str, func: Callable) -> str:
         if a is not None:
             a.annotation = None
     first = fn.body[0].lineno
+    callees = _callees(func, fn)
+    renames = {k: _private(k) for k in callees}
+    for k, f in callees.items():
+        if f is not common.acc_dtype:  # _acc_dtype is generated from the ACC table
+            _FUNCS.setdefault(_private(k), f)
     lines = [line.encode() for line in src.splitlines()]
-    for row, start, end, text in sorted(_edits(fn, first), reverse=True):
+    for row, start, end, text in sorted(_edits(fn, first, renames), reverse=True):
         line = lines[row - 1]
         lines[row - 1] = line[:start] + text.encode() + line[end:]
     body = "\n".join(line.decode() for line in lines[first - 1:])
     body = body.replace("\u00a7", "section ").encode("ascii", "replace").decode("ascii")
     origin = f"# {name}: a copy of {func.__module__}.{func.__qualname__}\n"
     return f"{origin}def {name}({ast.unparse(args)}):\n{body}\n"
+
+
+FIXED = ("_product", "_acc_dtype", "_keep")  # written here, not copied
+_FUNCS: dict[str, Callable] = {}  # helper name -> the function it copies (filled on demand)
+
+
+def reference_helper(op: str) -> str:
+    """The name of the helper that copies ``op``'s reference: ``_<op>``."""
+    name = _private(op)
+    _FUNCS.setdefault(name, type(REGISTRY[op]).reference)
+    return name
 
 
 def _source(name: str) -> str:
@@ -135,11 +143,9 @@ def _source(name: str) -> str:
         return _KEEP
     if name == "_acc_dtype":
         return _acc_dtype_source()
-    return _copy(name, COPIED[name])
-
-
-ALL = ("_product", "_acc_dtype", "_keep") + tuple(COPIED)
-_ALLOWED = set(ALL) | set(dir(builtins)) | {"np", "_ACC"}
+    if name not in _FUNCS:
+        raise GradcError(f"internal error: numpy target: no helper {name}")
+    return _copy(name, _FUNCS[name])
 
 
 def _globals_of(src: str) -> set[str]:
@@ -154,33 +160,45 @@ def _globals_of(src: str) -> set[str]:
     return out
 
 
-_CACHE: dict[str, tuple[str, frozenset[str]]] = {}
+_CACHE: dict[str, tuple[str, tuple[str, ...]]] = {}
 
 
-def helper(name: str) -> tuple[str, frozenset[str]]:
+def helper(name: str) -> tuple[str, tuple[str, ...]]:
     """(source text, helpers it calls) of one helper; checks it needs nothing but NumPy."""
     if name not in _CACHE:
         src = _source(name)
         used = _globals_of(src)
-        bad = sorted(used - _ALLOWED)
+        known = set(FIXED) | set(_FUNCS)
+        bad = sorted(used - known - set(dir(builtins)) - {"np", "_ACC"})
         if bad:
             raise GradcError(f"internal error: numpy target: helper {name} uses {bad}, which "
                              "the generated module does not define")
-        _CACHE[name] = (src, frozenset(used & set(ALL)) - {name})
+        _CACHE[name] = (src, tuple(sorted((used & known) - {name})))
     return _CACHE[name]
 
 
 def closure(names: set[str]) -> list[str]:
-    """The helpers ``names`` need (transitively), in a fixed order."""
-    todo, seen = list(names), set()
-    while todo:
-        n = todo.pop()
-        if n not in seen:
-            seen.add(n)
-            todo.extend(helper(n)[1])
-    return [n for n in ALL if n in seen]
+    """The helpers ``names`` need (transitively): the fixed ones first, then each helper after
+    the helpers it calls, in a fixed order."""
+    order: list[str] = []
+
+    def visit(n: str) -> None:
+        if n not in order:
+            for m in helper(n)[1]:
+                if m not in order:
+                    visit(m)
+            order.append(n)
+
+    for n in sorted(names):
+        visit(n)
+    return [n for n in FIXED if n in order] + [n for n in order if n not in FIXED]
 
 
 def helpers_source(names: set[str]) -> str:
     """The text of the helpers ``names`` need, separated by blank lines."""
     return "\n\n".join(helper(n)[0] for n in closure(names))
+
+
+def is_copied(func: Any) -> bool:
+    """True when ``func`` is copied into generated modules (for tests)."""
+    return any(f is func for f in _FUNCS.values())

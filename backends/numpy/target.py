@@ -10,8 +10,8 @@ Parameter and variable names are the graph's names reduced to ASCII identifiers 
 the original names appear only as escaped string literals (``INPUT_NAMES``, ``OUTPUT_NAMES``,
 the returned dict) and in escaped form in comments. Symbolic dims are read from the arguments'
 shapes. Ops whose reference is more than a vectorized expression call helpers that are copies
-of the reference code (``numpy_helpers``). ``build`` returns an ``Executable`` whose ``source``
-is the module text; it runs the function from a fresh namespace.
+of the reference code (``helpers``). ``TARGET.lower`` returns the module text and a runner
+that runs the function from a fresh namespace.
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from gradc.errors import GradcError, UnsupportedError, VerifyError
-from gradc.executable import Executable
+from gradc.errors import GradcError, UnsupportedError
 from gradc.ir.core import Graph, Node
 
 from gradc.backends.numpy.emit import EMITTERS
 from gradc.backends.numpy.function import emit_function
 from gradc.backends.numpy.helpers import helpers_source
 from gradc.backends.numpy.text import Namer, array_literal, literal, string
+from gradc.backends.target import Lowered, reject_options
 
 
 
@@ -135,13 +135,26 @@ class NumpyRunner:
         return dict(self.fn(*(arrays[n] for n in self.names)))
 
 
-def build(graph: Graph, shapes: Mapping[str, int] | None, report: list | None = None,
-          **options: Any) -> Executable:
-    """Generate the NumPy module for ``graph``; an Executable that runs it."""
-    if options:
-        k = sorted(options)[0]
-        raise VerifyError(f"compile: {k}: expected no such option for target 'numpy', "
-                          f"got {options[k]!r}")
-    source, fname = generate(graph)
-    return Executable(graph, "numpy", NumpyRunner(graph, source, fname), shapes,
-                      source=source, report=report)
+class NumpyTarget:
+    """The ``"numpy"`` target (see the module docstring)."""
+
+    name: str = "numpy"
+    exact: bool = True
+    artifact_kind: str | None = "NumPy module"
+
+    def lowerings(self) -> frozenset[str]:
+        """The ops with a NumPy emitter (fused groups are emitted node by node)."""
+        return frozenset(EMITTERS) | {"fused"}
+
+    def artifact(self, graph: Graph, shapes: Mapping[str, int]) -> str:
+        """The module's source text."""
+        return generate(graph)[0]
+
+    def lower(self, graph: Graph, shapes: Mapping[str, int], **options: Any) -> Lowered:
+        """Generate the NumPy module for ``graph`` and a runner that calls its function."""
+        reject_options(self.name, options)
+        source, fname = generate(graph)
+        return Lowered(NumpyRunner(graph, source, fname), source=source)
+
+
+TARGET = NumpyTarget()

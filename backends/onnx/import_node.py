@@ -1,4 +1,4 @@
-"""Shared pieces of the ONNX importer: node wrapper, attribute access, dtypes, converter registry.
+"""Shared pieces of the ONNX importer: node wrapper, attribute access, converter registry.
 
 A converter turns one ONNX node into gradc values. It is registered per ONNX op type with the
 inputs that act as attributes (they must be constants) and an optional static ``check`` that
@@ -12,20 +12,12 @@ from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence, TypeAlias
 
 import numpy as np
-from onnx import AttributeProto, NodeProto, TensorProto
+from onnx import AttributeProto, NodeProto
 
 from gradc.errors import UnsupportedError, VerifyError
 from gradc.ir.core import Graph, Value
 from gradc.ir.types import DType
-
-ONNX_DTYPES: dict[int, DType] = {
-    TensorProto.FLOAT: DType.float32, TensorProto.DOUBLE: DType.float64,
-    TensorProto.FLOAT16: DType.float16, TensorProto.INT64: DType.int64,
-    TensorProto.INT32: DType.int32, TensorProto.INT16: DType.int16, TensorProto.INT8: DType.int8,
-    TensorProto.UINT64: DType.uint64, TensorProto.UINT32: DType.uint32,
-    TensorProto.UINT16: DType.uint16, TensorProto.UINT8: DType.uint8,
-    TensorProto.BOOL: DType.bool,
-}
+from gradc.backends.onnx.format import tensor_to_array
 
 _ATTR_KINDS: dict[int, str] = {
     AttributeProto.FLOAT: "float", AttributeProto.INT: "int", AttributeProto.STRING: "string",
@@ -36,39 +28,6 @@ _ATTR_KINDS: dict[int, str] = {
 
 Produced: TypeAlias = "Value | np.ndarray | None"
 """What a converter gives for one ONNX output: a gradc value, a constant array, or nothing."""
-
-
-def elem_type_name(elem: int) -> str:
-    """The ONNX name of a tensor element type (``FLOAT``, ``BFLOAT16``, ...)."""
-    try:
-        return TensorProto.DataType.Name(elem)
-    except ValueError:
-        return f"element type {elem}"
-
-
-def dtype_of(elem: int) -> DType:
-    """The gradc dtype of an ONNX element type; UnsupportedError for the others."""
-    if elem not in ONNX_DTYPES:
-        raise UnsupportedError(f"element type {elem_type_name(elem)} is not supported")
-    return ONNX_DTYPES[elem]
-
-
-def tensor_to_array(t: TensorProto, what: str) -> np.ndarray:
-    """The NumPy array of a TensorProto (data type checked first, read errors as GradcError)."""
-    from onnx import numpy_helper
-
-    if t.data_location == TensorProto.EXTERNAL:  # never read files named inside the model
-        raise VerifyError(f"{what}: its data is stored in an external file that was not loaded "
-                          "(pass the model's path to from_onnx)")
-    if t.data_type not in ONNX_DTYPES:
-        raise UnsupportedError(f"{what}: element type {elem_type_name(t.data_type)} is not "
-                               "supported")
-    try:
-        a = numpy_helper.to_array(t)
-    except Exception as e:  # protobuf/onnx raise many kinds for malformed tensor data
-        raise VerifyError(f"{what}: cannot read the tensor data ({type(e).__name__}: {e})") \
-            from None
-    return np.asarray(a, dtype=ONNX_DTYPES[t.data_type].numpy)
 
 
 class OnnxNode:
@@ -228,6 +187,5 @@ def normalize_axes(axes: Sequence[int], rank: int, field: str) -> list[int]:
     return out
 
 
-__all__ = ["OnnxNode", "Context", "Converter", "CONVERTERS", "converter", "ONNX_DTYPES",
-           "dtype_of", "tensor_to_array", "require_dtype", "require_rank", "int_list",
-           "float_list", "normalize_axes", "elem_type_name", "Produced"]
+__all__ = ["OnnxNode", "Context", "Converter", "CONVERTERS", "converter", "require_dtype",
+           "require_rank", "int_list", "float_list", "normalize_axes", "Produced"]

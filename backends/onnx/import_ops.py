@@ -11,15 +11,15 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from gradc import ops
 from gradc.errors import UnsupportedError, VerifyError
+from gradc.ir import builders as ops
 from gradc.ir.core import Value
 from gradc.ir.ops.common import CLIP_DTYPES, POOL_DTYPES, RELU_DTYPES, SLICE_DTYPES
 from gradc.ir.ops.registry import Checker
 from gradc.ir.types import NUMERIC, DType
+from gradc.backends.onnx.format import dtype_of, elem_type_name
 from gradc.backends.onnx.import_node import (
-    Context, OnnxNode, Produced, converter, dtype_of, elem_type_name, int_list,
-    normalize_axes, require_dtype, require_rank,
+    Context, OnnxNode, Produced, converter, int_list, normalize_axes, require_dtype, require_rank,
 )
 
 INT_MAX_32 = 2 ** 31 - 1
@@ -102,7 +102,7 @@ def _identity_fold(n: OnnxNode, ctx: Context) -> list[np.ndarray] | None:
 
 @converter("Identity", fold=_identity_fold)
 def _identity(n: OnnxNode, ctx: Context) -> list[Produced]:
-    return [ctx.value(n, 0, "input")]  # an alias: no node (module docstring of onnx_import)
+    return [ctx.value(n, 0, "input")]  # an alias: no node (see the module docstring of importer.py)
 
 
 # -- Constant --------------------------------------------------------------------------------

@@ -15,8 +15,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from gradc import ops
 from gradc.errors import UnsupportedError, VerifyError
+from gradc.ir import builders as ops
 from gradc.ir.ops.common import RESAMPLE_DTYPES
 from gradc.ir.ops.resample import default_size
 from gradc.backends.onnx.import_node import (

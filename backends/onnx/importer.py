@@ -35,11 +35,17 @@ import os
 from typing import Any
 
 import numpy as np
+import onnx
 
 from gradc.errors import GradcError, ParseError, UnsupportedError, VerifyError
+from gradc.ir import builders
 from gradc.ir.core import Graph, Value
+from gradc.ir.parser import parse
 from gradc.ir.types import DType
-from gradc.backends.onnx.import_node import CONVERTERS, OnnxNode, dtype_of, tensor_to_array
+from gradc.backends.onnx.format import (
+    IR_HASH_KEY, IR_KEY, dtype_of, graph_digest, tensor_to_array,
+)
+from gradc.backends.onnx.import_node import CONVERTERS, OnnxNode
 from gradc.backends.onnx import import_ops, import_resize  # noqa: F401  (register converters)
 
 __all__ = ["from_onnx", "load_model"]
@@ -58,9 +64,6 @@ def from_onnx(model_or_path: Any) -> Graph:
 
 def embedded_graph(model: Any) -> Graph | None:
     """The gradc graph embedded by ``to_onnx``, if the ONNX graph is still the one exported."""
-    from gradc.backends.onnx.target import IR_HASH_KEY, IR_KEY, graph_digest
-    from gradc.ir.parser import parse
-
     props = {p.key: p.value for p in model.metadata_props}
     if IR_KEY not in props or props.get(IR_HASH_KEY) != graph_digest(model.graph):
         return None
@@ -72,8 +75,6 @@ def embedded_graph(model: Any) -> Graph | None:
 
 def load_model(src: Any) -> Any:
     """An ``onnx.ModelProto`` from a ModelProto, bytes or a path; GradcError when unreadable."""
-    import onnx
-
     if isinstance(src, onnx.ModelProto):
         model = src
     elif isinstance(src, (bytes, bytearray, memoryview)):
@@ -377,7 +378,7 @@ class _Importer:
                                    f"{list(a.shape)}); gradc has no empty tensors")
         if a.ndim > 8:
             raise UnsupportedError(f"{what} ({name!r}) has rank {a.ndim} (gradc: at most 8)")
-        v = self.graph.constant(a)
+        v = builders.constant(a, graph=self.graph)
         self.graph.rename(v, name)
         self.named.add(id(v))
         self.env[name] = v

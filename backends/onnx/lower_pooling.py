@@ -19,7 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
-from gradc.backends.onnx.emit import Emitter, Tensor
+from gradc.backends.onnx.builder import OnnxGraphBuilder, Tensor
 from gradc.ir.core import Node
 from gradc.ir.ops.common import lowest
 from gradc.ir.types import Dim, DType
@@ -28,15 +28,16 @@ KEY = {DType.float16: DType.float32, DType.int16: DType.int32, DType.uint16: DTy
 ACC = {DType.float16: DType.float32, DType.float32: DType.float32, DType.float64: DType.float64}
 
 
-def _key(e: Emitter, x: Tensor) -> Tensor:
+def _key(gb: OnnxGraphBuilder, x: Tensor) -> Tensor:
     """An order-preserving comparison key of a dtype that Where and Pad support."""
     if x.dtype == DType.uint64:
-        flipped = e.binary("BitwiseXor", x, e.scalar(1 << 63, DType.uint64))
-        return e.cast(flipped, DType.int64)  # two's complement reinterpretation: monotone
-    return e.cast(x, KEY.get(x.dtype, x.dtype))
+        flipped = gb.binary("BitwiseXor", x, gb.scalar(1 << 63, DType.uint64))
+        return gb.cast(flipped, DType.int64)  # two's complement reinterpretation: monotone
+    return gb.cast(x, KEY.get(x.dtype, x.dtype))
 
 
-def _argmax(e: Emitter, x: Tensor, attrs: dict, out: Sequence[int]) -> tuple[Tensor, np.ndarray]:
+def _argmax(gb: OnnxGraphBuilder, x: Tensor, attrs: dict,
+            out: Sequence[int]) -> tuple[Tensor, np.ndarray]:
     """Per window, the spatial flat index of the selected element, and the static 'found' mask.
 
     The index tensor has shape (N, C, *out); where 'found' is false it is not meaningful.
@@ -45,13 +46,13 @@ def _argmax(e: Emitter, x: Tensor, attrs: dict, out: Sequence[int]) -> tuple[Ten
     spatial = [int(d) for d in x.shape[2:]]
     nd = len(spatial)
     full = tuple(x.shape[:2]) + tuple(out)
-    key = _key(e, x)
+    key = _key(gb, x)
     need = [(o - 1) * st + (k - 1) * d + 1 for o, st, k, d in zip(out, s, w, dil)]
     end_pad = [max(0, L - p - n) for L, p, n in zip(need, sp, spatial)]
     if any(sp) or any(end_pad):
         pads = [0, 0] + list(sp) + [0, 0] + end_pad
         padded = tuple(x.shape[:2]) + tuple(n + p + q for n, p, q in zip(spatial, sp, end_pad))
-        key = e.op("Pad", [key, e.ints(pads)], key.dtype, padded, mode="constant")
+        key = gb.op("Pad", [key, gb.ints(pads)], key.dtype, padded, mode="constant")
     el = [int(np.prod(spatial[a + 1:], dtype=np.int64)) for a in range(nd)]
     grid = [np.arange(o, dtype=np.int64) for o in out]
     found = np.zeros(tuple(out), bool)
@@ -63,23 +64,23 @@ def _argmax(e: Emitter, x: Tensor, attrs: dict, out: Sequence[int]) -> tuple[Ten
         if not valid.any():
             continue
         flat = _outer([np.clip(p, 0, spatial[a] - 1) * el[a] for a, p in enumerate(pos)], np.add)
-        v = _tap(e, key, [k[a] * dil[a] for a in range(nd)], out, s, full)
-        tap_index = e.const(flat.reshape((1, 1) + flat.shape), DType.int64)
+        v = _tap(gb, key, [k[a] * dil[a] for a in range(nd)], out, s, full)
+        tap_index = gb.const(flat.reshape((1, 1) + flat.shape), DType.int64)
         if best is None:
             best, index = v, tap_index
         else:
-            take = _better(e, v, best)
+            take = _better(gb, v, best)
             if not valid.all():
-                take = e.binary("And", take, _mask(e, valid))
+                take = gb.binary("And", take, _mask(gb, valid))
             first = valid & ~found
             if first.any():
-                take = e.binary("Or", take, _mask(e, first))
-            best = e.op("Where", [take, v, best], v.dtype, full)  # exactness not needed here
-            index = e.op("Where", [take, tap_index, index], DType.int64, full)
+                take = gb.binary("Or", take, _mask(gb, first))
+            best = gb.op("Where", [take, v, best], v.dtype, full)  # exactness not needed here
+            index = gb.op("Where", [take, tap_index, index], DType.int64, full)
         found |= valid
     if index is None:  # every window lies wholly in padding
-        index = e.const(np.zeros((1, 1) + tuple(out), np.int64), DType.int64)
-    return e.expand(index, full), found
+        index = gb.const(np.zeros((1, 1) + tuple(out), np.int64), DType.int64)
+    return gb.expand(index, full), found
 
 
 def _outer(parts: list[np.ndarray], combine: np.ufunc) -> np.ndarray:
@@ -90,11 +91,11 @@ def _outer(parts: list[np.ndarray], combine: np.ufunc) -> np.ndarray:
     return out
 
 
-def _mask(e: Emitter, m: np.ndarray) -> Tensor:
-    return e.const(m.reshape((1, 1) + m.shape), DType.bool)
+def _mask(gb: OnnxGraphBuilder, m: np.ndarray) -> Tensor:
+    return gb.const(m.reshape((1, 1) + m.shape), DType.bool)
 
 
-def _tap(e: Emitter, key: Tensor, start: list[int], out: Sequence[int], s: Sequence[int],
+def _tap(gb: OnnxGraphBuilder, key: Tensor, start: list[int], out: Sequence[int], s: Sequence[int],
          full: tuple[Dim, ...]) -> Tensor:
     """Tap ``start`` (in padded coordinates) of every window: one strided Slice."""
     axes, starts, ends, steps = [], [], [], []
@@ -107,103 +108,99 @@ def _tap(e: Emitter, key: Tensor, start: list[int], out: Sequence[int], s: Seque
         steps.append(st)
     if not axes:
         return key
-    return e.op("Slice", [key, e.ints(starts), e.ints(ends), e.ints(axes), e.ints(steps)],
-                key.dtype, full)
+    return gb.op("Slice", [key, gb.ints(starts), gb.ints(ends), gb.ints(axes), gb.ints(steps)],
+                 key.dtype, full)
 
 
-def _better(e: Emitter, v: Tensor, best: Tensor) -> Tensor:
+def _better(gb: OnnxGraphBuilder, v: Tensor, best: Tensor) -> Tensor:
     """SPEC §5.1: ``v == v and (best != best or v > best)``."""
-    gt = e.compare("Greater", v, best)
+    gt = gb.compare("Greater", v, best)
     if not v.dtype.is_float:
         return gt
-    nan_best = e.op("IsNaN", [best], DType.bool, best.shape)
-    v_ok = e.not_(e.op("IsNaN", [v], DType.bool, v.shape))
-    return e.binary("Or", gt, e.binary("And", nan_best, v_ok))
+    nan_best = gb.op("IsNaN", [best], DType.bool, best.shape)
+    v_ok = gb.not_(gb.op("IsNaN", [v], DType.bool, v.shape))
+    return gb.binary("Or", gt, gb.binary("And", nan_best, v_ok))
 
 
-def _per_window(e: Emitter, index: Tensor, found: np.ndarray, dummy: int) -> Tensor:
+def _per_window(gb: OnnxGraphBuilder, index: Tensor, found: np.ndarray, dummy: int) -> Tensor:
     """The (N, C, windows) index with every window that found nothing sent to ``dummy``."""
     if not found.all():
-        index = e.op("Where", [_mask(e, ~found), e.scalar(dummy, DType.int64), index],
-                     DType.int64, index.shape)
-    return e.reshape(index, tuple(index.shape[:2]) + (int(found.size),), [0, 0, -1])
+        index = gb.op("Where", [_mask(gb, ~found), gb.scalar(dummy, DType.int64), index],
+                      DType.int64, index.shape)
+    return gb.reshape(index, tuple(index.shape[:2]) + (int(found.size),), [0, 0, -1])
 
 
-def lower_max_pooling(e: Emitter, node: Node, args: Sequence[Tensor]) -> list[Tensor]:
+def lower_max_pooling(gb: OnnxGraphBuilder, node: Node, args: Sequence[Tensor]) -> list[Tensor]:
     """Window maxima gathered by index from the input (and the flat indices)."""
     (x,) = args
     out = node.attrs["output_sizes"]
     spatial = [int(d) for d in x.shape[2:]]
     size = int(np.prod(spatial))
     full = node.outputs[0].type.shape
-    index, found = _argmax(e, x, dict(node.attrs), out)
-    per = _per_window(e, index, found, size)
-    data = e.reshape(x, tuple(x.shape[:2]) + (size,), [0, 0, -1])
+    index, found = _argmax(gb, x, dict(node.attrs), out)
+    per = _per_window(gb, index, found, size)
+    data = gb.reshape(x, tuple(x.shape[:2]) + (size,), [0, 0, -1])
     if not found.all():  # windows wholly in padding read LOWEST from an appended column
-        column = e.expand(e.scalar(lowest(x.dtype.numpy), x.dtype), tuple(x.shape[:2]) + (1,))
-        data = e.op("Concat", [data, column], x.dtype, tuple(x.shape[:2]) + (size + 1,), axis=2)
-    y = e.op("GatherElements", [data, per], x.dtype, per.shape, axis=2)
-    results = [e.reshape(y, full, [0, 0] + list(out))]
+        column = gb.expand(gb.scalar(lowest(x.dtype.numpy), x.dtype), tuple(x.shape[:2]) + (1,))
+        data = gb.op("Concat", [data, column], x.dtype, tuple(x.shape[:2]) + (size + 1,), axis=2)
+    y = gb.op("GatherElements", [data, per], x.dtype, per.shape, axis=2)
+    results = [gb.reshape(y, full, [0, 0] + list(out))]
     if node.attrs["output_indices"]:
-        results.append(_flat_indices(e, x, index, found, size))
+        results.append(_flat_indices(gb, x, index, found, size))
     return results
 
 
-def _flat_indices(e: Emitter, x: Tensor, index: Tensor, found: np.ndarray, size: int) -> Tensor:
+def _flat_indices(gb: OnnxGraphBuilder, x: Tensor, index: Tensor, found: np.ndarray,
+                  size: int) -> Tensor:
     """index + (n * C + c) * size, and 0 for windows wholly in padding."""
     n, c = x.shape[:2]
     nd = index.rank - 2
-    cs = e.mul_dim(_dim_value(e, c), size)
-    rows = _arange(e, n, (-1, 1) + (1,) * nd, cs)
-    cols = _arange(e, c, (1, -1) + (1,) * nd, size)
-    base = e.binary("Add", rows, cols)
-    flat = e.binary("Add", index, base)
+    cs = gb.mul_dim(_dim_value(gb, c), size)
+    rows = _arange(gb, n, (-1, 1) + (1,) * nd, cs)
+    cols = _arange(gb, c, (1, -1) + (1,) * nd, size)
+    base = gb.binary("Add", rows, cols)
+    flat = gb.binary("Add", index, base)
     if not found.all():
-        flat = e.op("Where", [_mask(e, ~found), e.scalar(0, DType.int64), flat], DType.int64,
-                    flat.shape)
+        flat = gb.op("Where", [_mask(gb, ~found), gb.scalar(0, DType.int64), flat], DType.int64,
+                     flat.shape)
     return flat
 
 
-def _dim_value(e: Emitter, d: Dim) -> int | Tensor:
-    return d if isinstance(d, int) else e.scalar_dim(d)
+def _dim_value(gb: OnnxGraphBuilder, d: Dim) -> int | Tensor:
+    return d if isinstance(d, int) else gb.scalar_dim(d)
 
 
-def _arange(e: Emitter, n: Dim, bshape: tuple[int, ...], step: int | Tensor) -> Tensor:
+def _arange(gb: OnnxGraphBuilder, n: Dim, bshape: tuple[int, ...], step: int | Tensor) -> Tensor:
     """arange(n) * step, reshaped for broadcasting (``bshape`` has one -1)."""
     shape = tuple(n if b == -1 else 1 for b in bshape)
     if isinstance(n, int) and isinstance(step, int):
-        return e.const((np.arange(n, dtype=np.int64) * step).reshape(shape), DType.int64)
-    one = e.scalar(1, DType.int64)
-    r = e.op("Range", [e.scalar(0, DType.int64), e.scalar_dim(n), one], DType.int64, (n,))
-    st = step if isinstance(step, Tensor) else e.scalar(step, DType.int64)
-    return e.reshape(e.binary("Mul", r, st), shape, list(bshape))
+        return gb.const((np.arange(n, dtype=np.int64) * step).reshape(shape), DType.int64)
+    one = gb.scalar(1, DType.int64)
+    r = gb.op("Range", [gb.scalar(0, DType.int64), gb.scalar_dim(n), one], DType.int64, (n,))
+    st = step if isinstance(step, Tensor) else gb.scalar(step, DType.int64)
+    return gb.reshape(gb.binary("Mul", r, st), shape, list(bshape))
 
 
-def lower_max_pooling_grad(e: Emitter, node: Node, args: Sequence[Tensor]) -> list[Tensor]:
+def lower_max_pooling_grad(gb: OnnxGraphBuilder, node: Node,
+                           args: Sequence[Tensor]) -> list[Tensor]:
     """dy summed at each window's argmax: ScatterElements(add) in the accumulation dtype."""
     x, dy = args
     spatial = [int(d) for d in x.shape[2:]]
     size = int(np.prod(spatial))
     out = [int(d) for d in dy.shape[2:]]
-    index, found = _argmax(e, x, dict(node.attrs), out)
-    per = _per_window(e, index, found, size)
+    index, found = _argmax(gb, x, dict(node.attrs), out)
+    per = _per_window(gb, index, found, size)
     acc = ACC[x.dtype]
     cols = size + (0 if found.all() else 1)
     nc = tuple(x.shape[:2])
-    zeros = e.op("ConstantOfShape", [e.shape_tensor(nc + (cols,))], acc, nc + (cols,),
-                 value=_zero_tensor(acc))
-    upd = e.reshape(e.cast(dy, acc), per.shape, [0, 0, -1])
-    total = e.op("ScatterElements", [zeros, per, upd], acc, zeros.shape, axis=2,
-                 reduction="add")
+    zeros = gb.filled(gb.shape_tensor(nc + (cols,)), 0, acc, nc + (cols,))
+    upd = gb.reshape(gb.cast(dy, acc), per.shape, [0, 0, -1])
+    total = gb.op("ScatterElements", [zeros, per, upd], acc, zeros.shape, axis=2,
+                  reduction="add")
     if cols != size:
-        total = e.op("Slice", [total, e.ints([0]), e.ints([size]), e.ints([2])], acc,
-                     nc + (size,))
-    return [e.cast(e.reshape(total, x.shape, [0, 0] + spatial), x.dtype)]
-
-
-def _zero_tensor(dtype: DType):
-    from onnx import numpy_helper
-    return numpy_helper.from_array(np.zeros(1, dtype.numpy))
+        total = gb.op("Slice", [total, gb.ints([0]), gb.ints([size]), gb.ints([2])], acc,
+                      nc + (size,))
+    return [gb.cast(gb.reshape(total, x.shape, [0, 0] + spatial), x.dtype)]
 
 
 def lower_pool_table() -> dict:

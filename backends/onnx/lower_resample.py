@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from gradc.backends.onnx.emit import Emitter, Tensor
+from gradc.backends.onnx.builder import OnnxGraphBuilder, Tensor
 from gradc.ir.core import Node
 from gradc.ir.ops.resample import axis_taps
 from gradc.ir.types import Dim, DType
@@ -63,47 +63,48 @@ def _shift(ipo: float, opo: float) -> float | None:
     return None
 
 
-def _symbolic_taps(e: Emitter, n: str, f: tuple) -> list[Tap]:
+def _symbolic_taps(gb: OnnxGraphBuilder, n: str, f: tuple) -> list[Tap]:
     scale, ipo, opo, mode, rounding = f
     c = _shift(ipo, opo) if scale == 1.0 else None
     if mode == "nearest" and c is not None:
         if (rounding == "decreasing" and 0 <= c < 1) or (rounding == "increasing" and -1 < c <= 0):
             return [Tap(None, None)]
     if mode == "linear" and c == 0:
-        last = e.binary("Sub", e.scalar_dim(n), e.scalar(1, I64))
-        up = e.binary("Min", e.binary("Add", _range(e, n), e.scalar(1, I64)), last)
+        last = gb.binary("Sub", gb.scalar_dim(n), gb.scalar(1, I64))
+        up = gb.binary("Min", gb.binary("Add", _range(gb, n), gb.scalar(1, I64)), last)
         return [Tap(None, None), Tap(up, np.zeros((), np.float32))]
-    return _runtime_taps(e, n, f)
+    return _runtime_taps(gb, n, f)
 
 
-def _range(e: Emitter, n: Dim) -> Tensor:
-    one, zero = e.scalar(1, I64), e.scalar(0, I64)
-    return e.op("Range", [zero, e.scalar_dim(n), one], I64, (n,))
+def _range(gb: OnnxGraphBuilder, n: Dim) -> Tensor:
+    one, zero = gb.scalar(1, I64), gb.scalar(0, I64)
+    return gb.op("Range", [zero, gb.scalar_dim(n), one], I64, (n,))
 
 
-def _runtime_taps(e: Emitter, n: str, f: tuple) -> list[Tap]:
+def _runtime_taps(gb: OnnxGraphBuilder, n: str, f: tuple) -> list[Tap]:
     """SPEC §6.1 evaluated by onnxruntime in float32 for an axis of symbolic size n."""
     scale, ipo, opo, mode, rounding = f
-    o = e.cast(_range(e, n), F32)
-    t = e.binary("Sub", o, e.scalar(opo, F32))
+    o = gb.cast(_range(gb, n), F32)
+    t = gb.binary("Sub", o, gb.scalar(opo, F32))
     if scale != 1.0:
-        t = e.binary("Div", t, e.scalar(scale, F32))
-    x = e.binary("Sub", t, e.scalar(ipo, F32))
-    last = e.cast(e.binary("Sub", e.scalar_dim(n), e.scalar(1, I64)), F32)
-    zero = e.scalar(0, F32)
+        t = gb.binary("Div", t, gb.scalar(scale, F32))
+    x = gb.binary("Sub", t, gb.scalar(ipo, F32))
+    last = gb.cast(gb.binary("Sub", gb.scalar_dim(n), gb.scalar(1, I64)), F32)
+    zero = gb.scalar(0, F32)
     if mode == "nearest":
-        r = e.op("Floor" if rounding == "decreasing" else "Ceil", [x], F32, x.shape)
-        r = e.binary("Min", e.binary("Max", r, zero), last)
-        return [Tap(e.cast(r, I64), None)]
-    xc = e.binary("Min", e.binary("Max", x, zero), last)
-    i0f = e.op("Floor", [xc], F32, xc.shape)
-    frac = e.binary("Sub", xc, i0f)
-    i0 = e.cast(i0f, I64)
-    i1 = e.binary("Min", e.binary("Add", i0, e.scalar(1, I64)), e.cast(last, I64))
-    return [Tap(i0, e.binary("Sub", e.scalar(1, F32), frac)), Tap(i1, frac)]
+        r = gb.op("Floor" if rounding == "decreasing" else "Ceil", [x], F32, x.shape)
+        r = gb.binary("Min", gb.binary("Max", r, zero), last)
+        return [Tap(gb.cast(r, I64), None)]
+    xc = gb.binary("Min", gb.binary("Max", x, zero), last)
+    i0f = gb.op("Floor", [xc], F32, xc.shape)
+    frac = gb.binary("Sub", xc, i0f)
+    i0 = gb.cast(i0f, I64)
+    i1 = gb.binary("Min", gb.binary("Add", i0, gb.scalar(1, I64)), gb.cast(last, I64))
+    return [Tap(i0, gb.binary("Sub", gb.scalar(1, F32), frac)), Tap(i1, frac)]
 
 
-def _taps(e: Emitter, attrs: dict, coords: Sequence[Dim], sizes: Sequence[Dim]) -> list[list[Tap]]:
+def _taps(gb: OnnxGraphBuilder, attrs: dict, coords: Sequence[Dim],
+          sizes: Sequence[Dim]) -> list[list[Tap]]:
     out = []
     for d, (nc, n) in enumerate(zip(coords, sizes)):
         f = (attrs["scales"][d], attrs["input_pixel_offsets"][d], attrs["output_pixel_offsets"][d],
@@ -111,7 +112,7 @@ def _taps(e: Emitter, attrs: dict, coords: Sequence[Dim], sizes: Sequence[Dim]) 
         if isinstance(nc, int) and isinstance(n, int):
             out.append(_static_taps(nc, n, f))
         else:
-            out.append(_symbolic_taps(e, str(n), (f[0], f[1], f[2], f[3], f[4])))
+            out.append(_symbolic_taps(gb, str(n), (f[0], f[1], f[2], f[3], f[4])))
     return out
 
 
@@ -119,19 +120,19 @@ def _bshape(rank: int, d: int, n: Dim) -> tuple[Dim, ...]:
     return tuple(n if b == d else 1 for b in range(rank))
 
 
-def _along(e: Emitter, v: np.ndarray | Tensor, rank: int, d: int, n: Dim,
+def _along(gb: OnnxGraphBuilder, v: np.ndarray | Tensor, rank: int, d: int, n: Dim,
            dtype: DType) -> np.ndarray | Tensor:
     """A per-axis vector (or scalar) shaped to broadcast along axis d."""
     if isinstance(v, np.ndarray):
         return v if v.ndim == 0 else v.reshape(tuple(-1 if b == d else 1 for b in range(rank)))
-    return e.reshape(v, _bshape(rank, d, n), [-1 if b == d else 1 for b in range(rank)])
+    return gb.reshape(v, _bshape(rank, d, n), [-1 if b == d else 1 for b in range(rank)])
 
 
-def _tensor(e: Emitter, v: np.ndarray | Tensor, dtype: DType) -> Tensor:
-    return v if isinstance(v, Tensor) else e.const(v, dtype)
+def _tensor(gb: OnnxGraphBuilder, v: np.ndarray | Tensor, dtype: DType) -> Tensor:
+    return v if isinstance(v, Tensor) else gb.const(v, dtype)
 
 
-def _combine(e: Emitter, a: np.ndarray | Tensor | None, b: np.ndarray | Tensor,
+def _combine(gb: OnnxGraphBuilder, a: np.ndarray | Tensor | None, b: np.ndarray | Tensor,
              op: str, dtype: DType) -> np.ndarray | Tensor:
     """a (op) b, folded with NumPy (same IEEE rounding) while both are small constants."""
     if a is None:
@@ -140,24 +141,25 @@ def _combine(e: Emitter, a: np.ndarray | Tensor | None, b: np.ndarray | Tensor,
         if np.prod(np.broadcast_shapes(a.shape, b.shape)) <= FOLD_LIMIT:
             with np.errstate(all="ignore"):
                 return (a * b if op == "Mul" else a + b).astype(dtype.numpy)
-    return e.binary(op, _tensor(e, a, dtype), _tensor(e, b, dtype))
+    return gb.binary(op, _tensor(gb, a, dtype), _tensor(gb, b, dtype))
 
 
-def _weight(e: Emitter, corner: Sequence[Tap], dims: Sequence[Dim]) -> np.ndarray | Tensor | None:
+def _weight(gb: OnnxGraphBuilder, corner: Sequence[Tap],
+            dims: Sequence[Dim]) -> np.ndarray | Tensor | None:
     """The float32 product of the corner's per-axis weights, left to right (1s skipped)."""
     w = None
     for d, tap in enumerate(corner):
         if tap.weight is not None:
-            w = _combine(e, w, _along(e, tap.weight, len(dims), d, dims[d], F32), "Mul", F32)
+            w = _combine(gb, w, _along(gb, tap.weight, len(dims), d, dims[d], F32), "Mul", F32)
     return w
 
 
-def _weighted(e: Emitter, w: np.ndarray | Tensor | None, data: Tensor) -> Tensor:
+def _weighted(gb: OnnxGraphBuilder, w: np.ndarray | Tensor | None, data: Tensor) -> Tensor:
     if w is None:
         return data
     if isinstance(w, np.ndarray):  # float32 -> ACC is exact
-        return e.binary("Mul", e.const(w.astype(data.dtype.numpy), data.dtype), data)
-    return e.binary("Mul", e.cast(w, data.dtype), data)
+        return gb.binary("Mul", gb.const(w.astype(data.dtype.numpy), data.dtype), data)
+    return gb.binary("Mul", gb.cast(w, data.dtype), data)
 
 
 def _drop_zero_taps(taps: list[list[Tap]]) -> list[list[Tap]]:
@@ -167,50 +169,50 @@ def _drop_zero_taps(taps: list[list[Tap]]) -> list[list[Tap]]:
     return [[t for t in ts if not zero(t)] or ts[:1] for ts in taps]
 
 
-def _fast_path(e: Emitter, data: Tensor, taps: list[list[Tap]],
-               emit: Callable[[list[list[Tap]]], Tensor], shape: Sequence[Dim]) -> Tensor:
-    """emit(taps), skipping taps of weight 0 when ``data`` is finite (they add only +-0).
+def _fast_path(gb: OnnxGraphBuilder, data: Tensor, taps: list[list[Tap]],
+               from_taps: Callable[[list[list[Tap]]], Tensor], shape: Sequence[Dim]) -> Tensor:
+    """from_taps(taps), skipping taps of weight 0 when ``data`` is finite (they add only +-0).
 
     A weight-0 tap turns an infinite or NaN element into NaN, so the full tap set stays as the
     ``If``'s other branch. Integer data is always finite.
     """
     reduced = _drop_zero_taps(taps)
     if all(len(a) == len(b) for a, b in zip(reduced, taps)):
-        return emit(taps)
+        return from_taps(taps)
     if not data.dtype.is_float:
-        return emit(reduced)
-    return e.if_(e.all_finite(data), lambda: emit(reduced), lambda: emit(taps), data.dtype,
-                 shape)
+        return from_taps(reduced)
+    return gb.if_(gb.all_finite(data), lambda: from_taps(reduced), lambda: from_taps(taps),
+                  data.dtype, shape)
 
 
-def lower_resample(e: Emitter, node: Node, args: Sequence[Tensor]) -> list[Tensor]:
+def lower_resample(gb: OnnxGraphBuilder, node: Node, args: Sequence[Tensor]) -> list[Tensor]:
     """Nearest: per-axis ``Gather``; linear: 2^rank weighted corners summed in order."""
     (x,) = args
     a = dict(node.attrs)
     out = tuple(node.outputs[0].type.shape)
-    taps = _taps(e, a, out, x.shape)
+    taps = _taps(gb, a, out, x.shape)
     if a["interpolation_mode"] == "nearest":
-        return [_gather_corner(e, x, [t[0] for t in taps], out, {}, ())]
-    xa = e.cast(x, ACC[x.dtype])
-    acc = _fast_path(e, xa if x.dtype.is_float else x, taps,
-                     lambda ts: _linear_sum(e, xa, ts, out), out)
-    return [_store(e, e.expand(acc, out), x.dtype)]
+        return [_gather_corner(gb, x, [t[0] for t in taps], out, {}, ())]
+    xa = gb.cast(x, ACC[x.dtype])
+    acc = _fast_path(gb, xa if x.dtype.is_float else x, taps,
+                     lambda ts: _linear_sum(gb, xa, ts, out), out)
+    return [_store(gb, gb.expand(acc, out), x.dtype)]
 
 
-def _linear_sum(e: Emitter, xa: Tensor, taps: list[list[Tap]], out: tuple) -> Tensor:
+def _linear_sum(gb: OnnxGraphBuilder, xa: Tensor, taps: list[list[Tap]], out: tuple) -> Tensor:
     """Sum over the corners in canonical order of weight * gathered element, in ACC."""
     cache: dict[tuple, Tensor] = {}
     acc: Tensor | None = None
     for choice in itertools.product(*(range(len(t)) for t in taps)):
         corner = [taps[d][c] for d, c in enumerate(choice)]
-        term = _weighted(e, _weight(e, corner, out),
-                         _gather_corner(e, xa, corner, out, cache, choice))
-        acc = term if acc is None else e.binary("Add", acc, term)
+        term = _weighted(gb, _weight(gb, corner, out),
+                         _gather_corner(gb, xa, corner, out, cache, choice))
+        acc = term if acc is None else gb.binary("Add", acc, term)
     assert acc is not None
-    return e.expand(acc, out)
+    return gb.expand(acc, out)
 
 
-def _gather_corner(e: Emitter, x: Tensor, corner: Sequence[Tap], out: Sequence[Dim],
+def _gather_corner(gb: OnnxGraphBuilder, x: Tensor, corner: Sequence[Tap], out: Sequence[Dim],
                    cache: dict[tuple, Tensor], choice: tuple) -> Tensor:
     """x gathered along every axis with the corner's index vectors (prefixes shared)."""
     y = x
@@ -222,43 +224,43 @@ def _gather_corner(e: Emitter, x: Tensor, corner: Sequence[Tap], out: Sequence[D
         if tap.index is not None:
             shape = list(y.shape)
             shape[d] = out[d]
-            y = e.op("Gather", [y, _tensor(e, tap.index, I64)], y.dtype, shape, axis=d)
+            y = gb.op("Gather", [y, _tensor(gb, tap.index, I64)], y.dtype, shape, axis=d)
         if choice:
             cache[key] = y
     return y
 
 
-def _store(e: Emitter, acc: Tensor, dtype: DType) -> Tensor:
+def _store(gb: OnnxGraphBuilder, acc: Tensor, dtype: DType) -> Tensor:
     """Round the accumulator once; int8/uint8 half away from zero, then saturate."""
     if dtype.is_float:
-        return e.cast(acc, dtype)
-    mag = e.op("Abs", [acc], F32, acc.shape)
-    whole = e.op("Floor", [mag], F32, acc.shape)
-    half_up = e.compare("GreaterOrEqual", e.binary("Sub", mag, whole), e.scalar(0.5, F32))
-    r = e.binary("Add", whole, e.cast(half_up, F32))
-    neg = e.compare("Less", acc, e.scalar(0, F32))
-    r = e.op("Where", [neg, e.op("Neg", [r], F32, r.shape), r], F32, r.shape)  # feeds a Cast
+        return gb.cast(acc, dtype)
+    mag = gb.op("Abs", [acc], F32, acc.shape)
+    whole = gb.op("Floor", [mag], F32, acc.shape)
+    half_up = gb.compare("GreaterOrEqual", gb.binary("Sub", mag, whole), gb.scalar(0.5, F32))
+    r = gb.binary("Add", whole, gb.cast(half_up, F32))
+    neg = gb.compare("Less", acc, gb.scalar(0, F32))
+    r = gb.op("Where", [neg, gb.op("Neg", [r], F32, r.shape), r], F32, r.shape)  # feeds a Cast
     info = np.iinfo(dtype.numpy)
-    r = e.binary("Min", e.binary("Max", r, e.scalar(info.min, F32)), e.scalar(info.max, F32))
-    return e.cast(r, dtype)
+    r = gb.binary("Min", gb.binary("Max", r, gb.scalar(info.min, F32)), gb.scalar(info.max, F32))
+    return gb.cast(r, dtype)
 
 
-def lower_resample_grad(e: Emitter, node: Node, args: Sequence[Tensor]) -> list[Tensor]:
+def lower_resample_grad(gb: OnnxGraphBuilder, node: Node, args: Sequence[Tensor]) -> list[Tensor]:
     """The transpose of resample: one ScatterElements(add) over (dy element, corner)."""
     (dy,) = args
     a = dict(node.attrs)
     out = tuple(a["output_sizes"])
     dims = tuple(dy.shape)
-    taps = _taps(e, a, dims, out)
-    dya = e.cast(dy, ACC[dy.dtype])
-    strides = [e.product(out[d + 1:]) for d in range(len(dims))]
-    total = e.product(out)
-    res = _fast_path(e, dya, taps, lambda ts: _scatter(e, dya, ts, strides, total), ("?",))
-    res = e.op("Reshape", [res, e.shape_tensor(out)], dya.dtype, out)
-    return [e.cast(res, dy.dtype)]
+    taps = _taps(gb, a, dims, out)
+    dya = gb.cast(dy, ACC[dy.dtype])
+    strides = [gb.product(out[d + 1:]) for d in range(len(dims))]
+    total = gb.product(out)
+    res = _fast_path(gb, dya, taps, lambda ts: _scatter(gb, dya, ts, strides, total), ("?",))
+    res = gb.op("Reshape", [res, gb.shape_tensor(out)], dya.dtype, out)
+    return [gb.cast(res, dy.dtype)]
 
 
-def _scatter(e: Emitter, dya: Tensor, taps: list[list[Tap]], strides: list[int | Tensor],
+def _scatter(gb: OnnxGraphBuilder, dya: Tensor, taps: list[list[Tap]], strides: list[int | Tensor],
              total: int | Tensor) -> Tensor:
     """acc[flat index] += weight * dy for every (dy element, corner), in that order."""
     dims = tuple(dya.shape)
@@ -271,40 +273,35 @@ def _scatter(e: Emitter, dya: Tensor, taps: list[list[Tap]], strides: list[int |
         for d, tap in enumerate(corner):
             key = choice[:d + 1]
             if key not in cache:
-                idx = tap.index if tap.index is not None else _identity(e, dims[d])
-                term = _combine(e, idx, _stride(strides[d]), "Mul", I64)
-                cache[key] = _combine(e, flat, _along(e, term, rank, d, dims[d], I64), "Add", I64)
+                idx = tap.index if tap.index is not None else _identity(gb, dims[d])
+                term = _combine(gb, idx, _stride(strides[d]), "Mul", I64)
+                cache[key] = _combine(gb, flat, _along(gb, term, rank, d, dims[d], I64), "Add", I64)
             flat = cache[key]
         assert flat is not None
-        flats.append(e.expand(_tensor(e, flat, I64), dims))
-        updates.append(e.expand(_weighted(e, _weight(e, corner, dims), dya), dims))
-    size = e.ints([total]) if isinstance(total, int) else e.reshape(total, (1,), [1])
-    zeros = e.op("ConstantOfShape", [size], dya.dtype, ("?",), value=_zero_tensor(dya.dtype))
-    return e.op("ScatterElements", [zeros, _interleave(e, flats), _interleave(e, updates)],
-                dya.dtype, ("?",), axis=0, reduction="add")
+        flats.append(gb.expand(_tensor(gb, flat, I64), dims))
+        updates.append(gb.expand(_weighted(gb, _weight(gb, corner, dims), dya), dims))
+    size = gb.ints([total]) if isinstance(total, int) else gb.reshape(total, (1,), [1])
+    zeros = gb.filled(size, 0, dya.dtype, ("?",))
+    return gb.op("ScatterElements", [zeros, _interleave(gb, flats), _interleave(gb, updates)],
+                 dya.dtype, ("?",), axis=0, reduction="add")
 
 
-def _identity(e: Emitter, n: Dim) -> np.ndarray | Tensor:
-    return np.arange(n, dtype=np.int64) if isinstance(n, int) else _range(e, n)
+def _identity(gb: OnnxGraphBuilder, n: Dim) -> np.ndarray | Tensor:
+    return np.arange(n, dtype=np.int64) if isinstance(n, int) else _range(gb, n)
 
 
 def _stride(s: int | Tensor) -> np.ndarray | Tensor:
     return np.asarray(s, np.int64) if isinstance(s, int) else s
 
 
-def _interleave(e: Emitter, parts: list[Tensor]) -> Tensor:
+def _interleave(gb: OnnxGraphBuilder, parts: list[Tensor]) -> Tensor:
     """Flatten [..., corner] in row-major order: each dy element's corners stay together."""
     if len(parts) == 1:
-        return e.reshape(parts[0], ("?",), [-1])
-    cols = [e.unsqueeze(p, -1) for p in parts]
-    stacked = e.op("Concat", cols, parts[0].dtype, tuple(parts[0].shape) + (len(parts),),
-                   axis=-1)
-    return e.reshape(stacked, ("?",), [-1])
-
-
-def _zero_tensor(dtype: DType):
-    from onnx import numpy_helper
-    return numpy_helper.from_array(np.zeros(1, dtype.numpy))
+        return gb.reshape(parts[0], ("?",), [-1])
+    cols = [gb.unsqueeze(p, -1) for p in parts]
+    stacked = gb.op("Concat", cols, parts[0].dtype, tuple(parts[0].shape) + (len(parts),),
+                    axis=-1)
+    return gb.reshape(stacked, ("?",), [-1])
 
 
 def lower_resample_table() -> dict:

@@ -48,13 +48,13 @@ the canonical order and rounding too, and matched bit for bit in every test run)
       float32 conversions set a signalling NaN's quiet bit; every other bit matches.
 
 select(c, a, b) is ``Where`` where onnxruntime's kernel copies exactly, else ``GatherElements``
-over ``Concat(b, a)`` (see onnx_emit.py).
+over ``Concat(b, a)`` (see builder.py).
 
 Two onnxruntime graph rewrites are not IEEE-exact, and the model is built so that a stock
 session (all optimizations on) still computes SPEC's values: ``Where(Not(c), a, b)`` is never
 emitted (NotWhereFusion swaps the branches back), and an ``Add``/``Sub``/``Mul`` with a
 1-element constant that NoopElimination would drop wrongly (``x + 0.0`` keeps a -0.0) gets a
-2-element constant (``onnx_lowering.safe_binary``). Nodes whose operands are all constants are
+2-element constant (``lower_arith.safe_binary``). Nodes whose operands are all constants are
 evaluated at export time with the reference when their result is small, so no constant that
 onnxruntime folds escapes that check. ``build`` also turns NoopElimination off.
 """
@@ -67,13 +67,18 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from gradc.backends.onnx.emit import ELEM, IR_VERSION, OPSET, Emitter, Tensor
+from gradc.backends.onnx.builder import OnnxGraphBuilder, Tensor
+from gradc.backends.onnx.format import (
+    ELEM_TYPES, IR_HASH_KEY, IR_KEY, IR_VERSION, OPSET, PRODUCER, graph_digest, producer_version,
+)
 from gradc.backends.onnx.lower_arith import lower_arith_table
 from gradc.backends.onnx.lower_pooling import lower_pool_table
 from gradc.backends.onnx.lower_resample import lower_resample_table
+from gradc.backends.target import Lowered
 from gradc.errors import GradcError, UnsupportedError, VerifyError
-from gradc.executable import Executable
 from gradc.ir.core import Graph, Node, Value
+from gradc.ir.interpret import evaluate_node
+from gradc.ir.verify import verify
 
 LOWERINGS = {**lower_arith_table(), **lower_pool_table(), **lower_resample_table()}
 
@@ -90,51 +95,35 @@ def unsupported_ops(graph: Graph) -> list[str]:
 
 
 def _value_info(v: Value) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(v.name, ELEM[v.type.dtype], list(v.type.shape))
+    return helper.make_tensor_value_info(v.name, ELEM_TYPES[v.type.dtype], list(v.type.shape))
 
 
 def to_onnx(graph: Graph) -> onnx.ModelProto:
     """Export a graph as a standard-domain ONNX model (opset 21) that onnxruntime runs."""
-    graph.verify()
+    verify(graph)
     missing = unsupported_ops(graph)
     if missing:
         raise UnsupportedError(f"to_onnx: op: expected operators with an ONNX lowering, got "
                                f"{', '.join(missing)}")
-    e = Emitter([v.name for v in graph.inputs] + [v.name for v in graph.outputs])
+    gb = OnnxGraphBuilder([v.name for v in graph.inputs] + [v.name for v in graph.outputs])
     env: dict[Value, Tensor] = {}
     for v in graph.inputs:
         t = Tensor(v.name, v.type.dtype, v.type.shape)
         env[v] = t
-        e.add_symbol_source(t)
+        gb.add_symbol_source(t)
     outputs = {v: v.name for v in graph.outputs}
     for i, node in enumerate(graph.nodes):
-        _lower_node(e, node, f"gradc.{node.op}.{i}", env, outputs)
-    used = _used_names(e.nodes) | {v.name for v in graph.outputs}
-    inits = [t for t in e.initializers if t.name in used]  # folded constants' operands go
-    g = helper.make_graph(e.nodes, graph.name, [_value_info(v) for v in graph.inputs],
+        _lower_node(gb, node, f"gradc.{node.op}.{i}", env, outputs)
+    used = _used_names(gb.nodes) | {v.name for v in graph.outputs}
+    inits = [t for t in gb.initializers if t.name in used]  # folded constants' operands go
+    g = helper.make_graph(gb.nodes, graph.name, [_value_info(v) for v in graph.inputs],
                           [_value_info(v) for v in graph.outputs], inits,
                           doc_string=f"exported by gradc from graph {graph.name!r}")
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)],
-                              ir_version=IR_VERSION, producer_name="gradc",
-                              producer_version=_version())
+                              ir_version=IR_VERSION, producer_name=PRODUCER,
+                              producer_version=producer_version())
     helper.set_model_props(model, {IR_KEY: str(graph), IR_HASH_KEY: graph_digest(model.graph)})
     return model
-
-
-IR_KEY = "gradc.ir"
-IR_HASH_KEY = "gradc.ir.graph_sha256"
-
-
-def graph_digest(g: onnx.GraphProto) -> str:
-    """SHA-256 of a serialized ONNX graph: ties the embedded text IR to the graph it came from.
-
-    ``from_onnx`` reads a gradc export back through the embedded IR (exactly the graph that was
-    exported, fused groups included) only while this digest still matches; an edited model is
-    imported node by node like any other.
-    """
-    import hashlib
-
-    return hashlib.sha256(g.SerializeToString(deterministic=True)).hexdigest()
 
 
 def _used_names(nodes: Any) -> set[str]:
@@ -148,39 +137,31 @@ def _used_names(nodes: Any) -> set[str]:
     return out
 
 
-def _version() -> str:
-    try:
-        from gradc import __version__
-        return __version__
-    except ImportError:  # pragma: no cover - during package initialisation
-        return "0"
-
-
-def _lower_node(e: Emitter, node: Node, scope: str, env: dict[Value, Tensor],
+def _lower_node(gb: OnnxGraphBuilder, node: Node, scope: str, env: dict[Value, Tensor],
                 outputs: Mapping[Value, str], group: str = "") -> None:
     """Lower one node (a fused node: its body) and bind its results in ``env``."""
-    start = len(e.nodes)
+    start = len(gb.nodes)
     if node.op == "fused":
         assert node.body is not None
         inner: dict[Value, Tensor] = {b: env[a] for b, a in zip(node.body.inputs, node.inputs)}
         for j, sub in enumerate(node.body.nodes):
-            _lower_node(e, sub, f"{scope}/{sub.op}.{j}", inner, {}, group=scope)
+            _lower_node(gb, sub, f"{scope}/{sub.op}.{j}", inner, {}, group=scope)
         results = [inner[v] for v in node.body.outputs]
     else:
-        e.scope = scope
-        e.doc = f"gradc op {node.op}" + (f" in fused group {group}" if group else "")
+        gb.scope = scope
+        gb.doc = f"gradc op {node.op}" + (f" in fused group {group}" if group else "")
         args = [env[v] for v in node.inputs]
-        results = _fold(e, node, args) or LOWERINGS[node.op](e, node, args)
-    produced = {out for n in e.nodes[start:] for out in n.output}
+        results = _fold(gb, node, args) or LOWERINGS[node.op](gb, node, args)
+    produced = {out for n in gb.nodes[start:] for out in n.output}
     for v, t in zip(node.outputs, results):
         want = outputs.get(v)
         if want is not None and t.name != want:
             if t.name in produced and t.value is None:
-                e.rename(t.name, want, start)
+                gb.rename(t.name, want, start)
             else:  # an operand, constant or earlier tensor: copy it under the output's name
-                e.scope, e.doc = scope, f"gradc op {node.op}"
-                t = e.op("Identity", [t], t.dtype, t.shape)
-                e.rename(t.name, want, len(e.nodes) - 1)
+                gb.scope, gb.doc = scope, f"gradc op {node.op}"
+                t = gb.op("Identity", [t], t.dtype, t.shape)
+                gb.rename(t.name, want, len(gb.nodes) - 1)
             t = Tensor(want, t.dtype, t.shape)
         env[v] = Tensor(t.name, v.type.dtype, v.type.shape, t.value)
 
@@ -188,7 +169,7 @@ def _lower_node(e: Emitter, node: Node, scope: str, env: dict[Value, Tensor],
 FOLD_LIMIT = 4096  # elements; larger constant results are left to the lowering
 
 
-def _fold(e: Emitter, node: Node, args: list[Tensor]) -> list[Tensor] | None:
+def _fold(gb: OnnxGraphBuilder, node: Node, args: list[Tensor]) -> list[Tensor] | None:
     """Evaluate a node of constants with the reference at export time (small results only).
 
     The model then holds SPEC's values, and onnxruntime's own folding and NoopElimination
@@ -205,10 +186,9 @@ def _fold(e: Emitter, node: Node, args: list[Tensor]) -> list[Tensor] | None:
             not v.type.is_static or _size(v.type.shape) > FOLD_LIMIT for v in node.outputs):
         return None
     else:
-        from gradc.ir.interpret import evaluate_node
         with np.errstate(all="ignore"):
             out = evaluate_node(node, [np.asarray(t.value) for t in args], {})
-    return [e.const(np.asarray(a), v.type.dtype) for a, v in zip(out, node.outputs)]
+    return [gb.const(np.asarray(a), v.type.dtype) for a, v in zip(out, node.outputs)]
 
 
 def _size(shape: tuple) -> int:
@@ -232,7 +212,7 @@ class OnnxRunner:
 def session(model: onnx.ModelProto, threads: int | None = None,
             optimize: bool = True) -> Any:
     """An onnxruntime CPU session for a model."""
-    import onnxruntime as ort
+    import onnxruntime as ort  # lazy: loaded only when a session is made (a heavy import)
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
@@ -240,7 +220,7 @@ def session(model: onnx.ModelProto, threads: int | None = None,
         so.intra_op_num_threads = threads
     if not optimize:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    try:  # NoopElimination drops x + 0.0 (-0.0 + 0.0 is +0.0); see onnx_lowering.safe_binary
+    try:  # NoopElimination drops x + 0.0 (-0.0 + 0.0 is +0.0); see lower_arith.safe_binary
         return ort.InferenceSession(model.SerializeToString(), so,
                                     providers=["CPUExecutionProvider"],
                                     disabled_optimizers=["NoopElimination"])
@@ -248,22 +228,38 @@ def session(model: onnx.ModelProto, threads: int | None = None,
         raise GradcError(f"internal error: onnxruntime rejected the exported model: {exc}") from exc
 
 
+class OnnxTarget:
+    """The ``"onnx"`` target: the exported model run by a stock onnxruntime CPU session."""
+
+    name: str = "onnx"
+    exact: bool = False  # onnxruntime sums in its own order (SPEC.md §1.6 tolerances)
+    artifact_kind: str | None = "ONNX model"
+
+    def lowerings(self) -> frozenset[str]:
+        """The ops with an ONNX lowering (fused groups are inlined)."""
+        return frozenset(LOWERINGS) | {"fused"}
+
+    def artifact(self, graph: Graph, shapes: Mapping[str, int]) -> bytes:
+        """The serialized model."""
+        return to_onnx(graph).SerializeToString()
+
+    def lower(self, graph: Graph, shapes: Mapping[str, int], threads: int | None = None,
+              optimize: bool = True, **options: Any) -> Lowered:
+        """Export, and create the onnxruntime session once.
+
+        ``threads``: onnxruntime's intra-op thread count (default: its own choice);
+        ``optimize``: False turns onnxruntime's graph optimizations off.
+        """
+        unknown = sorted(options)
+        if unknown:
+            raise VerifyError(f"compile: {unknown[0]}: expected threads or optimize for target "
+                              f"'onnx', got an unknown option {unknown[0]}={options[unknown[0]]!r}")
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                    or threads < 1):
+            raise VerifyError(f"compile: threads: expected an int >= 1 or None, got {threads!r}")
+        model = to_onnx(graph)
+        return Lowered(OnnxRunner(session(model, threads=threads, optimize=optimize), graph),
+                       model=model)
 
 
-def build(graph: Graph, shapes: Mapping[str, int] | None, report: list | None = None,
-          threads: int | None = None, optimize: bool = True, **options: Any) -> Executable:
-    """Target "onnx": export, create the onnxruntime session once, wrap it in an Executable.
-
-    ``threads``: onnxruntime's intra-op thread count (default: its own choice); ``optimize``:
-    False turns onnxruntime's graph optimizations off.
-    """
-    unknown = sorted(options)
-    if unknown:
-        raise VerifyError(f"compile: {unknown[0]}: expected threads or optimize for target "
-                          f"'onnx', got an unknown option {unknown[0]}={options[unknown[0]]!r}")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
-                                or threads < 1):
-        raise VerifyError(f"compile: threads: expected an int >= 1 or None, got {threads!r}")
-    model = to_onnx(graph)
-    sess = session(model, threads=threads, optimize=optimize)
-    return Executable(graph, "onnx", OnnxRunner(sess, graph), shapes, model=model, report=report)
+TARGET = OnnxTarget()

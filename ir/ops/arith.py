@@ -24,10 +24,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from gradc.ir.core import Node, Value
-from gradc.ir.ops.registry import Checker, OpDef, make_node, register
+from gradc.ir.ops.registry import (DERIVED, ELEMENTWISE, PURE, Attr, Checker, OpDef, make_node,
+                                   register)
 from gradc.ir.types import NUMERIC, Dim, DType, TensorType
 
-ELEMENTWISE = frozenset({"pure", "elementwise", "fusible"})
 ANY = NUMERIC + (DType.bool,)
 
 
@@ -63,10 +63,12 @@ def unbroadcast(g: Value, shape: Sequence[Dim]) -> Value:
 class _Binary(OpDef):
     operands = ("lhs", "rhs")
     traits = ELEMENTWISE
+    dtypes = NUMERIC
+    promote_scalars = True
     ufunc: Any = None
 
     def infer(self, c: Checker) -> list[TensorType]:
-        c.dtype_in("lhs", NUMERIC)
+        c.dtype_in("lhs", self.dtypes)
         c.rank_in("lhs", 0, 8)
         c.same_dtype("rhs", "lhs")
         c.rank_in("rhs", 0, 8)
@@ -127,18 +129,25 @@ class Mul(_Binary):
                 unbroadcast(make_node("mul", [g, a], {}), b.type.shape)]
 
 
+class _SameType(OpDef):
+    """An elementwise op of one operand whose result has the operand's type."""
+
+    operands = ("input",)
+    traits = ELEMENTWISE
+    nan_from = ("input",)
+
+    def infer(self, c: Checker) -> list[TensorType]:
+        c.dtype_in("input", self.dtypes)
+        c.rank_in("input", 0, 8)
+        return [c.t("input")]
+
+
 @register
-class Neg(OpDef):
+class Neg(_SameType):
     """``neg(input)``: elementwise negation (unsigned integers wrap)."""
 
     name = "neg"
-    operands = ("input",)
-    traits = ELEMENTWISE
-
-    def infer(self, c: Checker) -> list[TensorType]:
-        c.dtype_in("input", NUMERIC)
-        c.rank_in("input", 0, 8)
-        return [c.t("input")]
+    dtypes = NUMERIC
 
     def reference(self, attrs: Mapping[str, Any], x: np.ndarray) -> list[np.ndarray]:
         with np.errstate(all="ignore"):
@@ -151,17 +160,11 @@ class Neg(OpDef):
 
 
 @register
-class Identity(OpDef):
+class Identity(_SameType):
     """``identity(input)``: a copy (used to output a value under a second name)."""
 
     name = "identity"
-    operands = ("input",)
-    traits = ELEMENTWISE
-
-    def infer(self, c: Checker) -> list[TensorType]:
-        c.dtype_in("input", ANY)
-        c.rank_in("input", 0, 8)
-        return [c.t("input")]
+    dtypes = ANY
 
     def reference(self, attrs: Mapping[str, Any], x: np.ndarray) -> list[np.ndarray]:
         return [x.copy()]
@@ -177,7 +180,8 @@ class Constant(OpDef):
 
     name = "constant"
     operands = ()
-    traits = frozenset({"pure"})
+    attributes = (Attr("value", "array"),)
+    traits = PURE
 
     def infer(self, c: Checker) -> list[TensorType]:
         v = c.raw.get("value")
@@ -206,10 +210,12 @@ class ReduceSum(OpDef):
 
     name = "reduce_sum"
     operands = ("input",)
-    traits = frozenset({"pure"})
+    attributes = (Attr("axes", "ints", DERIVED), Attr("keepdims", "bool", False))
+    traits = PURE
+    dtypes = NUMERIC
 
     def infer(self, c: Checker) -> list[TensorType]:
-        c.dtype_in("input", NUMERIC)
+        c.dtype_in("input", self.dtypes)
         rank = c.rank_in("input", 0, 8)
         axes = c.ints("axes", None, default=tuple(range(rank)))
         norm = []
@@ -220,7 +226,7 @@ class ReduceSum(OpDef):
                 c.fail(f"axes[{i}]", "an axis not listed twice", a)
             norm.append(a % rank)
         axes = c.keep("axes", tuple(sorted(norm)))
-        keep = c.boolean("keepdims", default=False)
+        keep = c.boolean("keepdims")
         shape = c.t("input").shape
         out = tuple(1 if i in axes else d for i, d in enumerate(shape) if keep or i not in axes)
         return [TensorType(c.t("input").dtype, out)]
@@ -263,9 +269,12 @@ class Expand(OpDef):
     name = "expand"
     operands = ("input", "like")
     traits = ELEMENTWISE
+    shape_operands = ("like",)
+    dtypes = ANY
+    nan_from = ("input",)
 
     def infer(self, c: Checker) -> list[TensorType]:
-        c.dtype_in("input", ANY)
+        c.dtype_in("input", self.dtypes)
         c.rank_in("input", 0, 8)
         c.rank_in("like", 0, 8)
         shape = broadcast_shapes(c, c.t("input").shape, c.t("like").shape)
@@ -290,10 +299,12 @@ class Reshape(OpDef):
 
     name = "reshape"
     operands = ("input",)
-    traits = frozenset({"pure"})
+    attributes = (Attr("shape", "dims"),)
+    traits = PURE
+    dtypes = ANY
 
     def infer(self, c: Checker) -> list[TensorType]:
-        c.dtype_in("input", ANY)
+        c.dtype_in("input", self.dtypes)
         c.rank_in("input", 0, 8)
         shape = list(c.dims("shape"))
         src = c.t("input").shape
@@ -344,10 +355,12 @@ class Cast(OpDef):
 
     name = "cast"
     operands = ("input",)
+    attributes = (Attr("dtype", "dtype"),)
     traits = ELEMENTWISE
+    dtypes = ANY
 
     def infer(self, c: Checker) -> list[TensorType]:
-        c.dtype_in("input", ANY)
+        c.dtype_in("input", self.dtypes)
         c.rank_in("input", 0, 8)
         d = c.dtype_attr("dtype")
         return [TensorType(d, c.t("input").shape)]

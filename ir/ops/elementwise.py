@@ -7,11 +7,15 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from gradc.ir.core import Node, Value
-from gradc.ir.ops.common import CLIP_DTYPES, RELU_DTYPES
-from gradc.ir.ops.registry import Checker, OpDef, make_node, register
-from gradc.ir.types import TensorType
+from gradc.ir.ops.common import CLIP_DTYPES, F, RELU_DTYPES
+from gradc.ir.ops.registry import ELEMENTWISE, Attr, Checker, OpDef, make_node, register
+from gradc.ir.types import DType, TensorType
 
-ELEMENTWISE = frozenset({"pure", "elementwise", "fusible"})
+CLIP_BOUNDS = (Attr("min", "scalar"), Attr("max", "scalar"))
+
+
+def _dtype_max(dtype: DType) -> float:
+    return float("inf") if dtype.is_float else int(np.iinfo(dtype.numpy).max)
 
 
 def _zero(a: np.ndarray) -> np.ndarray:
@@ -25,9 +29,15 @@ class Relu(OpDef):
     name = "relu"
     operands = ("input",)
     traits = ELEMENTWISE
+    dtypes = RELU_DTYPES
+    nan_from = ()  # NaN gives +0
+    no_negative_zero = frozenset(F)  # x > 0 or +0
+
+    def value_range(self, attrs: Mapping[str, Any], dtype: DType) -> tuple[float, float]:
+        return 0, _dtype_max(dtype)
 
     def infer(self, c: Checker) -> list[TensorType]:
-        c.dtype_in("input", RELU_DTYPES)
+        c.dtype_in("input", self.dtypes)
         c.rank_in("input", 1, 8)
         return [c.t("input")]
 
@@ -47,9 +57,11 @@ class ReluGrad(OpDef):
     name = "relu_grad"
     operands = ("input", "input_gradient")
     traits = ELEMENTWISE
+    dtypes = RELU_DTYPES
+    nan_from = ("input_gradient",)  # dy or +0
 
     def infer(self, c: Checker) -> list[TensorType]:
-        c.dtype_in("input", RELU_DTYPES)
+        c.dtype_in("input", self.dtypes)
         c.rank_in("input", 1, 8)
         c.same_dtype("input_gradient", "input")
         c.same_shape("input_gradient", "input")
@@ -83,10 +95,17 @@ class Clip(OpDef):
 
     name = "clip"
     operands = ("input",)
+    attributes = CLIP_BOUNDS
     traits = ELEMENTWISE
+    dtypes = CLIP_DTYPES
+    nan_from = ()  # NaN gives a bound, and bounds are never NaN
+
+    def value_range(self, attrs: Mapping[str, Any], dtype: DType) -> tuple[float, float]:
+        mn, mx = attrs["min"], attrs["max"]
+        return (mn, mx) if mn <= mx else (mn, mn)
 
     def infer(self, c: Checker) -> list[TensorType]:
-        c.dtype_in("input", CLIP_DTYPES)
+        c.dtype_in("input", self.dtypes)
         c.rank_in("input", 1, 8)
         _clip_bounds(c)
         return [c.t("input")]
@@ -113,10 +132,13 @@ class ClipGrad(OpDef):
 
     name = "clip_grad"
     operands = ("input", "input_gradient")
+    attributes = CLIP_BOUNDS
     traits = ELEMENTWISE
+    dtypes = CLIP_DTYPES
+    nan_from = ("input_gradient",)  # dy or +0
 
     def infer(self, c: Checker) -> list[TensorType]:
-        c.dtype_in("input", CLIP_DTYPES)
+        c.dtype_in("input", self.dtypes)
         c.rank_in("input", 1, 8)
         c.same_dtype("input_gradient", "input")
         c.same_shape("input_gradient", "input")

@@ -10,10 +10,13 @@ import numpy as np
 from gradc.errors import UnsupportedError
 from gradc.ir.core import Node, Value
 from gradc.ir.ops.common import POOL_DTYPES, POOL_GRAD_DTYPES, acc_dtype, lowest
-from gradc.ir.ops.registry import Checker, OpDef, make_node, register
+from gradc.ir.ops.registry import DERIVED, PURE, Attr, Checker, OpDef, PerAxis, make_node, register
 from gradc.ir.types import DType, TensorType
 
-POOL_FIELDS = ("window_size", "strides", "start_padding", "end_padding", "dilations")
+WINDOW = (Attr("window_size", "ints"), Attr("strides", "ints", PerAxis(1)),
+          Attr("start_padding", "ints", PerAxis(0)), Attr("end_padding", "ints", PerAxis(0)),
+          Attr("dilations", "ints", PerAxis(1)))
+POOL_FIELDS = tuple(a.name for a in WINDOW)
 
 
 def pool_size(n: int, w: int, s: int, sp: int, ep: int, d: int) -> int:
@@ -24,10 +27,10 @@ def pool_size(n: int, w: int, s: int, sp: int, ep: int, d: int) -> int:
 def _pool_arrays(c: Checker, nd: int) -> dict[str, tuple[int, ...]]:
     return {
         "window_size": c.ints("window_size", nd, lo=1),
-        "strides": c.ints("strides", nd, lo=1, default=(1,) * nd),
-        "start_padding": c.ints("start_padding", nd, lo=0, default=(0,) * nd),
-        "end_padding": c.ints("end_padding", nd, lo=0, default=(0,) * nd),
-        "dilations": c.ints("dilations", nd, lo=1, default=(1,) * nd),
+        "strides": c.ints("strides", nd, lo=1),
+        "start_padding": c.ints("start_padding", nd, lo=0),
+        "end_padding": c.ints("end_padding", nd, lo=0),
+        "dilations": c.ints("dilations", nd, lo=1),
     }
 
 
@@ -42,14 +45,17 @@ class MaxPooling(OpDef):
 
     name = "max_pooling"
     operands = ("input",)
-    traits = frozenset({"pure"})
+    attributes = WINDOW + (Attr("output_indices", "bool", False),
+                           Attr("output_sizes", "ints", DERIVED))
+    traits = PURE
+    dtypes = POOL_DTYPES
 
     def infer(self, c: Checker) -> list[TensorType]:
         rank = c.rank_in("input", 4, 5)
-        c.dtype_in("input", POOL_DTYPES)
+        c.dtype_in("input", self.dtypes)
         spatial = c.static_dims("input", range(2, rank))
         p = _pool_arrays(c, rank - 2)
-        with_indices = c.boolean("output_indices", default=False)
+        with_indices = c.boolean("output_indices")
         floor = floor_sizes(spatial, p)
         out = c.ints("output_sizes", rank - 2, lo=1, default=tuple(floor))
         for i, (o, f) in enumerate(zip(out, floor)):
@@ -80,11 +86,18 @@ class MaxPoolingGrad(OpDef):
 
     name = "max_pooling_grad"
     operands = ("input", "input_gradient")
+    attributes = WINDOW
     traits = frozenset({"pure", "fusible"})
+    anchor_operand = "input_gradient"
+    dtypes = POOL_GRAD_DTYPES
+    # Sums that start from +0 in the tensor's own dtype: in round-to-nearest a sum is -0 only
+    # if both terms are -0, so they never hold -0.0; any NaN is an arithmetic result, hence
+    # quiet. (float16 results are rounded from float32 and can round to -0.0.)
+    no_negative_zero = frozenset({DType.float32, DType.float64})
 
     def infer(self, c: Checker) -> list[TensorType]:
         rank = c.rank_in("input", 4, 5)
-        c.dtype_in("input", POOL_GRAD_DTYPES)
+        c.dtype_in("input", self.dtypes)
         c.same_dtype("input_gradient", "input")
         if c.t("input_gradient").rank != rank:
             c.fail("input_gradient.rank", f"{rank} (same as input)", c.t("input_gradient").rank)

@@ -3,29 +3,132 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Mapping, NoReturn, Sequence
 
 import numpy as np
 
-from gradc.errors import VerifyError
+from gradc.errors import GradcError, VerifyError
 from gradc.ir.core import Graph, Node, Value, current_graph
 from gradc.ir.types import Dim, DType, TensorType
 
 REGISTRY: dict[str, "OpDef"] = {}
 
+# The traits generic code asks about (``register`` rejects any other word):
+#   pure         no side effects: CSE may merge two equal nodes, DCE may drop an unused one;
+#   elementwise  one result whose element i depends only on element i of each (broadcast)
+#                operand: fuses into one loop, and every target has a scalar form of it;
+#   fusible      may join a fused group (elementwise ops, and the anchors of anchored groups).
+TRAITS = frozenset({"pure", "elementwise", "fusible"})
+PURE = frozenset({"pure"})
+ELEMENTWISE = frozenset({"pure", "elementwise", "fusible"})
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+class _Derived:
+    def __repr__(self) -> str:
+        return "DERIVED"
+
+
+REQUIRED: Any = _Required()  # the attribute must be given
+DERIVED: Any = _Derived()  # when omitted, ``infer`` computes it from the operands
+
+
+@dataclass(frozen=True)
+class PerAxis:
+    """A default of one ``value`` per axis the attribute covers (``(1,) * rank``)."""
+
+    value: Any
+
+
+@dataclass(frozen=True)
+class Attr:
+    """One attribute of an op: its name, kind (how ``Checker`` reads it) and default.
+
+    Kinds: ``ints``, ``dims`` (ints or symbol names), ``floats``, ``choice``, ``bool``,
+    ``scalar`` (a number converted to the operand's dtype), ``dtype`` and ``array`` (a tensor
+    literal). The default is ``REQUIRED``, ``DERIVED``, a ``PerAxis`` fill or a plain value.
+    """
+
+    name: str
+    kind: str
+    default: Any = REQUIRED
+
+    @property
+    def required(self) -> bool:
+        """True when the attribute has no default."""
+        return self.default is REQUIRED
+
 
 class OpDef:
-    """One operator: operands, traits, inference with validation, reference and VJP rule.
+    """One operator: operands, attributes, traits, roles, inference, reference and VJP rule.
 
-    Subclasses set ``name``, ``operands`` and ``traits`` and implement ``infer`` (checks the
-    arguments in SPEC.md's checklist order, normalizes attributes, returns result types) and
-    ``reference`` (NumPy arrays in, list of arrays out). ``vjp`` builds the gradient nodes.
+    Subclasses set ``name``, ``operands``, ``attributes`` (the schema, in argument order: the
+    builders, the printer and the checks read it) and ``traits``, and implement ``infer``
+    (checks the arguments in SPEC.md's checklist order, normalizes attributes, returns result
+    types) and ``reference`` (NumPy arrays in, list of arrays out). ``vjp`` builds the gradient
+    nodes. Roles that generic code asks instead of comparing op names:
+
+    - ``anchor_operand``: for a gradient op that anchors a fused group, the operand its
+      prologue computes (the incoming gradient); its other operands stay body inputs.
+    - ``dtypes``: the dtype table of the first operand (SPEC.md §1.2).
+    - ``promote_scalars``: the builder turns a Python or NumPy number operand into a constant
+      of the other operand's dtype (``add(x, 1.0)``).
+    - ``nan_from``: the operands whose NaNs can reach the result, if the op never makes a NaN
+      of its own (``()``: the result is never NaN); None when unknown.
+    - ``no_negative_zero``: result dtypes for which the result never holds -0.0 nor a
+      signalling NaN, so that adding +0 gives it back bit for bit.
+    - ``shape_operands``: operands of which only the shape matters (``expand``'s ``like``);
+      a kernel never reads their elements.
     """
 
     name: ClassVar[str]
     operands: ClassVar[tuple[str, ...]]
-    traits: ClassVar[frozenset[str]] = frozenset({"pure"})
+    attributes: ClassVar[tuple[Attr, ...]] = ()
+    traits: ClassVar[frozenset[str]] = PURE
     variadic: ClassVar[bool] = False
+    anchor_operand: ClassVar[str | None] = None
+    dtypes: ClassVar[tuple[DType, ...]] = ()
+    promote_scalars: ClassVar[bool] = False
+    nan_from: ClassVar[tuple[str, ...] | None] = None
+    no_negative_zero: ClassVar[frozenset[DType]] = frozenset()
+    shape_operands: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def anchors(self) -> bool:
+        """True when the op anchors a fused group (its kind is the op's name)."""
+        return self.anchor_operand is not None
+
+    @property
+    def gradient_index(self) -> int:
+        """The position of ``anchor_operand`` among the operands."""
+        if self.anchor_operand is None:
+            raise GradcError(f"internal error: {self.name} anchors no fused group")
+        return self.operands.index(self.anchor_operand)
+
+    def value_operands(self, node: Node) -> list[Value]:
+        """The operands of ``node`` whose elements the op reads (all but ``shape_operands``)."""
+        if not self.shape_operands:
+            return list(node.inputs)
+        names = self.operands if not self.variadic else ()
+        return [v for i, v in enumerate(node.inputs)
+                if i >= len(names) or names[i] not in self.shape_operands]
+
+    def attr(self, name: str) -> Attr:
+        """The schema entry of one attribute."""
+        for a in self.attributes:
+            if a.name == name:
+                return a
+        raise GradcError(f"internal error: {self.name} has no attribute {name!r} in its schema")
+
+    def value_range(self, attrs: Mapping[str, Any],
+                    dtype: DType) -> tuple[float, float] | None:
+        """Bounds on the result's non-NaN elements that hold for any operands, if known."""
+        return None
 
     def infer(self, c: "Checker") -> list[TensorType]:
         raise NotImplementedError
@@ -43,6 +146,12 @@ def register(cls: type[OpDef]) -> type[OpDef]:
     """Class decorator: instantiate an OpDef and add it to the registry under its name."""
     if cls.name in REGISTRY:
         raise RuntimeError(f"operator {cls.name} is defined twice")
+    unknown = cls.traits - TRAITS
+    if unknown:
+        raise RuntimeError(f"operator {cls.name}: unknown traits {sorted(unknown)}")
+    if cls.anchor_operand is not None and cls.anchor_operand not in cls.operands:
+        raise RuntimeError(f"operator {cls.name}: anchor_operand {cls.anchor_operand!r} is not "
+                           "an operand")
     REGISTRY[cls.name] = cls()
     return cls
 
@@ -66,11 +175,13 @@ def _is_int(v: object) -> bool:
 class Checker:
     """Checks an op's arguments in order and collects the normalized attributes."""
 
-    def __init__(self, op: str, types: Mapping[str, TensorType], raw: Mapping[str, Any]) -> None:
+    def __init__(self, op: str, types: Mapping[str, TensorType], raw: Mapping[str, Any],
+                 schema: Sequence[Attr] | None = None) -> None:
         self.op = op
         self.types = dict(types)
         self.raw = dict(raw)
         self.attrs: dict[str, Any] = {}
+        self.schema = None if schema is None else {a.name: a for a in schema}
 
     # -- failures ---------------------------------------------------------------------
     def fail(self, field: str, expected: str, got: object) -> NoReturn:
@@ -126,13 +237,45 @@ class Checker:
         return tuple(out)
 
     # -- attributes -------------------------------------------------------------------
-    def _get(self, name: str, default: Any) -> Any:
+    def _get(self, name: str, default: Any, length: int | None = None) -> Any:
+        """The raw value, else the default: the caller's (a derived one), else the schema's."""
+        if default is _MISSING:
+            default = self._schema_default(name, length)
         v = self.raw.get(name, None)
         if v is None:
             if default is _MISSING:
                 self.fail(name, "a value (required argument)", "none")
             v = default() if callable(default) else default
         return v
+
+    def _schema_default(self, name: str, length: int | None) -> Any:
+        if self.schema is None:
+            return _MISSING
+        a = self.schema.get(name)
+        if a is None:
+            raise GradcError(f"internal error: {self.op}: {name} is not in the op's schema")
+        if a.default is REQUIRED:
+            return _MISSING
+        if a.default is DERIVED:
+            raise GradcError(f"internal error: {self.op}: {name} is derived, but infer gave "
+                             "no default")
+        if isinstance(a.default, PerAxis):
+            if length is None:
+                raise GradcError(f"internal error: {self.op}: {name}: a per-axis default "
+                                 "needs a length")
+            return (a.default.value,) * length
+        return a.default
+
+    def ordered(self) -> dict[str, Any]:
+        """The normalized attributes in schema order (the order of the builder's arguments)."""
+        if self.schema is None:
+            return self.attrs
+        lost = [k for k in self.schema if k not in self.attrs]
+        extra = [k for k in self.attrs if k not in self.schema]
+        if lost or extra:
+            raise GradcError(f"internal error: {self.op}: infer normalized {sorted(self.attrs)}, "
+                             f"the schema says {list(self.schema)}")
+        return {k: self.attrs[k] for k in self.schema}
 
     def _seq(self, name: str, v: Any, length: int | None) -> list:
         if isinstance(v, np.ndarray):
@@ -145,12 +288,12 @@ class Checker:
 
     def length(self, name: str, length: int) -> None:
         """Check only that a required array argument has the given length."""
-        self._seq(name, self._get(name, _MISSING), length)
+        self._seq(name, self._get(name, _MISSING, length), length)
 
     def ints(self, name: str, length: int | None, lo: int | None = None,
              default: Any = _MISSING, what: str | None = None) -> tuple[int, ...]:
         """An integer array of the given length whose entries are >= lo."""
-        vals = self._seq(name, self._get(name, default), length)
+        vals = self._seq(name, self._get(name, default, length), length)
         for i, v in enumerate(vals):
             if not _is_int(v):
                 self.fail(f"{name}[{i}]", "an integer", repr(v))
@@ -173,7 +316,7 @@ class Checker:
     def floats(self, name: str, length: int, default: Any = _MISSING,
                positive: bool = False) -> tuple[float, ...]:
         """A float array, each entry rounded once to float32 and finite (and > 0)."""
-        vals = self._seq(name, self._get(name, default), length)
+        vals = self._seq(name, self._get(name, default, length), length)
         out = []
         for i, v in enumerate(vals):
             if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number)):
@@ -254,10 +397,10 @@ def infer_node(op: str, in_types: Sequence[TensorType],
         raise VerifyError(f"{op}: operands: expected {len(d.operands)} "
                           f"({', '.join(d.operands)}), got {len(in_types)}")
     names = d.operands if not d.variadic else tuple(f"input{i}" for i in range(len(in_types)))
-    c = Checker(op, dict(zip(names, in_types)), attrs)
+    c = Checker(op, dict(zip(names, in_types)), attrs, d.attributes)
     out = d.infer(c)
     c.finish()
-    return d, c.attrs, out
+    return d, c.ordered(), out
 
 
 def _target_graph(op: str, inputs: Sequence[Value], graph: Graph | None) -> Graph | None:

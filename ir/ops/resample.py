@@ -9,20 +9,23 @@ import numpy as np
 
 from gradc.ir.core import Node, Value
 from gradc.ir.ops.common import RESAMPLE_DTYPES, RESAMPLE_GRAD_DTYPES, acc_dtype, store
-from gradc.ir.ops.registry import Checker, OpDef, make_node, register
-from gradc.ir.types import Dim, TensorType
+from gradc.ir.ops.registry import DERIVED, PURE, Attr, Checker, OpDef, PerAxis, make_node, register
+from gradc.ir.types import Dim, DType, TensorType
 
-FIELDS = ("scales", "interpolation_mode", "rounding_direction", "input_pixel_offsets",
-          "output_pixel_offsets")
+MAPPING = (Attr("scales", "floats"), Attr("interpolation_mode", "choice", "nearest"),
+           Attr("rounding_direction", "choice", "decreasing"),
+           Attr("input_pixel_offsets", "floats", PerAxis(0.5)),
+           Attr("output_pixel_offsets", "floats", PerAxis(-0.5)))
+FIELDS = tuple(a.name for a in MAPPING)
 Tap = tuple[np.ndarray, np.ndarray]  # (index per coordinate, float32 weight per coordinate)
 
 
 def _fields(c: Checker, rank: int) -> tuple[float, ...]:
     scales = c.floats("scales", rank, positive=True)
-    c.choice("interpolation_mode", ("nearest", "linear"), default="nearest")
-    c.choice("rounding_direction", ("decreasing", "increasing"), default="decreasing")
-    c.floats("input_pixel_offsets", rank, default=(0.5,) * rank)
-    c.floats("output_pixel_offsets", rank, default=(-0.5,) * rank)
+    c.choice("interpolation_mode", ("nearest", "linear"))
+    c.choice("rounding_direction", ("decreasing", "increasing"))
+    c.floats("input_pixel_offsets", rank)
+    c.floats("output_pixel_offsets", rank)
     return scales
 
 
@@ -67,11 +70,13 @@ class Resample(OpDef):
 
     name = "resample"
     operands = ("input",)
-    traits = frozenset({"pure"})
+    attributes = MAPPING + (Attr("output_sizes", "dims", DERIVED),)
+    traits = PURE
+    dtypes = RESAMPLE_DTYPES
 
     def infer(self, c: Checker) -> list[TensorType]:
         rank = c.rank_in("input", 1, 4)
-        c.dtype_in("input", RESAMPLE_DTYPES)
+        c.dtype_in("input", self.dtypes)
         scales = _fields(c, rank)
         shape = c.t("input").shape
         default: list[Dim | None] = []
@@ -129,11 +134,15 @@ class ResampleGrad(OpDef):
 
     name = "resample_grad"
     operands = ("input_gradient",)
+    attributes = (Attr("output_sizes", "dims"),) + MAPPING
     traits = frozenset({"pure", "fusible"})
+    anchor_operand = "input_gradient"
+    dtypes = RESAMPLE_GRAD_DTYPES
+    no_negative_zero = frozenset({DType.float32, DType.float64})  # as max_pooling_grad
 
     def infer(self, c: Checker) -> list[TensorType]:
         rank = c.rank_in("input_gradient", 1, 4)
-        c.dtype_in("input_gradient", RESAMPLE_GRAD_DTYPES)
+        c.dtype_in("input_gradient", self.dtypes)
         out = c.dims("output_sizes")
         if len(out) != rank:
             c.fail("output_sizes", f"{rank} values (one per axis)", f"{len(out)} values")

@@ -8,10 +8,12 @@ import numpy as np
 
 from gradc.ir.core import Node, Value
 from gradc.ir.ops.common import SLICE_DTYPES
-from gradc.ir.ops.registry import Checker, OpDef, make_node, register
+from gradc.ir.ops.registry import DERIVED, Attr, Checker, OpDef, make_node, register
 from gradc.ir.types import Dim, TensorType
 
-WINDOW = ("input_window_offsets", "input_window_sizes", "input_window_strides")
+WINDOW_ATTRS = (Attr("input_window_offsets", "ints"), Attr("input_window_sizes", "dims"),
+                Attr("input_window_strides", "ints"))
+WINDOW = tuple(a.name for a in WINDOW_ATTRS)
 
 
 def copy_start(off: Sequence[int], size: Sequence[Dim], stride: Sequence[int],
@@ -89,10 +91,13 @@ class Slice(OpDef):
 
     name = "slice"
     operands = ("input",)
+    attributes = WINDOW_ATTRS + (Attr("output_sizes", "dims", DERIVED),)
     traits = frozenset({"pure", "fusible"})
+    dtypes = SLICE_DTYPES
+    nan_from = ("input",)
 
     def infer(self, c: Checker) -> list[TensorType]:
-        c.dtype_in("input", SLICE_DTYPES)
+        c.dtype_in("input", self.dtypes)
         rank = c.rank_in("input", 1, 8)
         shape = c.t("input").shape
         off, size, stride = _window(c, rank, shape, "input.shape", zero_stride_ok=True)
@@ -141,10 +146,14 @@ class SliceGrad(OpDef):
 
     name = "slice_grad"
     operands = ("input_gradient",)
+    attributes = (Attr("output_sizes", "dims"),) + WINDOW_ATTRS
     traits = frozenset({"pure", "fusible"})
+    anchor_operand = "input_gradient"
+    dtypes = SLICE_DTYPES
+    nan_from = ("input_gradient",)
 
     def infer(self, c: Checker) -> list[TensorType]:
-        c.dtype_in("input_gradient", SLICE_DTYPES)
+        c.dtype_in("input_gradient", self.dtypes)
         rank = c.rank_in("input_gradient", 1, 8)
         out = c.dims("output_sizes")
         if len(out) != rank:

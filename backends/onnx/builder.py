@@ -1,9 +1,10 @@
-"""The ONNX emitter: unique names, initializers, symbolic dims and exact selection helpers.
+"""The ONNX graph builder: unique names, initializers, symbolic dims and exact selection helpers.
 
 Every tensor the lowerings create is a ``Tensor`` (ONNX name, gradc dtype, shape with ints or
-symbol names). The emitter appends default-domain ``NodeProto``s in order, so the node list is
-topologically sorted by construction. Names are strings that never reach generated code; the
-emitter only keeps them unique (graph input and output names are reserved up front).
+symbol names). ``OnnxGraphBuilder`` appends default-domain ``NodeProto``s in order, so the node
+list is topologically sorted by construction. Names are strings that never reach generated code;
+the builder only keeps them unique (graph input and output names are reserved up front). In the
+lowerings, ``gb`` is the builder.
 
 Selections that must copy bits go through ``select``. onnxruntime 1.31's CPU ``Where`` is not a
 plain copy: for every float dtype a -0.0 taken from the *true* branch comes out +0.0 (its merge
@@ -20,23 +21,15 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
-from onnx import NodeProto, TensorProto, helper, numpy_helper
+from onnx import NodeProto, TensorProto, helper
 
 from gradc.errors import GradcError
 from gradc.ir.types import Dim, DType
+from gradc.backends.onnx.format import ELEM_TYPES, array_to_tensor
 
-OPSET = 21
-IR_VERSION = 10
 INT64_MIN = -(2 ** 63)
 INT64_MAX = 2 ** 63 - 1
 
-ELEM = {
-    DType.float64: TensorProto.DOUBLE, DType.float32: TensorProto.FLOAT,
-    DType.float16: TensorProto.FLOAT16, DType.int64: TensorProto.INT64,
-    DType.int32: TensorProto.INT32, DType.int16: TensorProto.INT16, DType.int8: TensorProto.INT8,
-    DType.uint64: TensorProto.UINT64, DType.uint32: TensorProto.UINT32,
-    DType.uint16: TensorProto.UINT16, DType.uint8: TensorProto.UINT8, DType.bool: TensorProto.BOOL,
-}
 # dtypes whose onnxruntime CPU Where kernel exists and copies exactly (see the module docstring)
 WHERE_EXACT = frozenset({DType.int64, DType.int32, DType.int8, DType.uint32, DType.uint8})
 
@@ -69,7 +62,7 @@ def broadcast(*shapes: Sequence[Dim]) -> tuple[Dim, ...]:
     return tuple(out)
 
 
-class Emitter:
+class OnnxGraphBuilder:
     """Collects the nodes and initializers of one ONNX graph."""
 
     def __init__(self, reserved: Iterable[str]) -> None:
@@ -119,7 +112,7 @@ class Emitter:
         name = self.fresh(f"gradc.const.{len(self.initializers)}")
         arr = arr.copy()
         arr.flags.writeable = False
-        self.initializers.append(numpy_helper.from_array(arr, name))
+        self.initializers.append(array_to_tensor(arr, name))
         t = Tensor(name, dtype, arr.shape, arr)
         self._consts[key] = t
         return t
@@ -129,7 +122,7 @@ class Emitter:
         return self.const(np.array(list(values), np.int64).reshape(-1), DType.int64)
 
     def rename(self, old: str, new: str, start: int) -> None:
-        """Rename a tensor in the nodes emitted since index ``start``."""
+        """Rename a tensor in the nodes added since index ``start``."""
         for node in self.nodes[start:]:
             for seq in (node.input, node.output):
                 for i, n in enumerate(seq):
@@ -210,7 +203,7 @@ class Emitter:
                 t = self.op("Identity", [t], t.dtype, t.shape)
             graphs.append(helper.make_graph(
                 self.nodes, f"{self.scope}/{'then' if k == 0 else 'else'}", [],
-                [helper.make_tensor_value_info(t.name, ELEM[t.dtype], None)]))
+                [helper.make_tensor_value_info(t.name, ELEM_TYPES[t.dtype], None)]))
             self.nodes, self._dims = nodes, dims  # Shape nodes made inside stay inside
         return self.op("If", [cond], dtype, shape, then_branch=graphs[0], else_branch=graphs[1])
 
@@ -225,7 +218,7 @@ class Emitter:
         """``Cast`` unless ``x`` already has ``dtype``."""
         if x.dtype == dtype:
             return x
-        return self.op("Cast", [x], dtype, x.shape, to=ELEM[dtype])
+        return self.op("Cast", [x], dtype, x.shape, to=ELEM_TYPES[dtype])
 
     def binary(self, op_type: str, a: Tensor, b: Tensor, dtype: DType | None = None) -> Tensor:
         """A broadcasting binary op (``dtype`` defaults to ``a``'s)."""
@@ -238,6 +231,11 @@ class Emitter:
     def scalar(self, value: Any, dtype: DType) -> Tensor:
         """A rank-0 constant."""
         return self.const(np.asarray(value, dtype.numpy).reshape(()), dtype)
+
+    def filled(self, shape: Tensor, value: Any, dtype: DType, dims: Sequence[Dim]) -> Tensor:
+        """A ``ConstantOfShape``: ``value`` repeated over the shape held by the tensor ``shape``."""
+        fill = array_to_tensor(np.full(1, value, dtype.numpy))
+        return self.op("ConstantOfShape", [shape], dtype, dims, value=fill)
 
     def not_(self, c: Tensor) -> Tensor:
         """Logical not, written so that onnxruntime does not fold it into a ``Where``."""

@@ -1,0 +1,215 @@
+/* gradc prelude: the fixed C text that every generated program starts with (copied into it,
+ * so a generated file compiles on its own): includes, macros and numeric helpers.
+ *
+ * - gc_h2f / gc_f2h / gc_d2h: exact float16 conversions done with integer operations (no
+ *   floating-point arithmetic, so FTZ/DAZ modes of the host process cannot change them).
+ *   Rounding is to nearest even; a NaN keeps its sign and the top bits of its payload (a
+ *   payload that would become 0 becomes 1, so it stays a NaN), exactly as NumPy's
+ *   npy_floatbits_to_halfbits.
+ * - gc_cvt32 / gc_cvt64 and the gc_f2* casts: float to integer. C leaves out-of-range values
+ *   undefined; gradc defines them as NumPy behaves on x86-64: truncate toward zero, an invalid
+ *   value (NaN, out of range) of a 32/64-bit conversion gives the most negative value, and
+ *   narrower types wrap the 32-bit result (uint32/uint64 subtract 2^31/2^63 first when above).
+ * - gc_wrap_*: integer narrowing by wrap-around without implementation-defined conversions.
+ * - gc_axis_taps: SPEC.md section 6.1 for one axis, the same float32 operations as
+ *   gradc.ir.ops.resample.axis_taps (compiled with -ffp-contract=off: one rounding each).
+ *
+ * GC_BLK must equal STREAM_BLOCK in backends/c/kernel.py (tests/test_c_golden.py checks it).
+ */
+#ifndef GRADC_PRELUDE_H
+#define GRADC_PRELUDE_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define GC_INLINE static inline __attribute__((always_inline))
+#else
+#define GC_INLINE static inline
+#endif
+#define GC_PAR_MIN 32768
+
+/* Per-thread scratch: cache-line aligned and padded, so threads never share a line. */
+static inline void *gc_alloc(size_t n) { return aligned_alloc(64, (n + 127) & ~(size_t)63); }
+
+/* Streaming (non-temporal) stores for kernels that move more data than stays in cache: a kernel
+ * computes a block of GC_BLK elements into a local array and copies it out with stores that
+ * skip the read-for-ownership of every written cache line (a third less traffic for
+ * y = f(a, b)). Below GC_STREAM_MIN bytes moved (read + written) the output is left in cache
+ * for the next kernel. x86-64 only (SSE2, 16-byte aligned destinations). */
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#define GC_SSE2 1
+#define GC_STREAM 1
+#else
+#define GC_SSE2 0
+#define GC_STREAM 0
+#endif
+#define GC_STREAM_MIN ((int64_t)16 << 20)  /* bytes moved by one kernel */
+#define GC_BLK 64                         /* elements per streamed block */
+GC_INLINE int gc_al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+GC_INLINE void gc_stream(void *restrict dst, const void *restrict src, size_t bytes) {
+#if GC_STREAM
+  for (size_t k = 0; k < bytes; k += 16)  /* bytes is a multiple of 16 */
+    _mm_stream_si128((__m128i *)((char *)dst + k),
+                     _mm_load_si128((const __m128i *)((const char *)src + k)));
+#else
+  memcpy(dst, src, bytes);
+#endif
+}
+GC_INLINE void gc_stream_fence(void) {  /* before the stores are read by another thread */
+#if GC_STREAM
+  _mm_sfence();
+#endif
+}
+#if GC_SSE2
+/* Four floats: streamed to a 16-byte aligned address (st != 0) or stored through the cache. */
+GC_INLINE void gc_put4(float *p, __m128 v, int st) {
+  if (st) _mm_stream_ps(p, v); else _mm_storeu_ps(p, v);
+}
+GC_INLINE __m128 gc_sel4(__m128 m, __m128 a, __m128 b) {  /* m ? a : b, lane-wise */
+  return _mm_or_ps(_mm_and_ps(m, a), _mm_andnot_ps(m, b));
+}
+#endif
+
+GC_INLINE float gc_bits2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+GC_INLINE uint32_t gc_f2bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+GC_INLINE uint64_t gc_d2bits(double d) { uint64_t u; memcpy(&u, &d, 8); return u; }
+
+GC_INLINE uint32_t gc_h2fbits(uint16_t h) {  /* the float32 bit pattern of a float16 */
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1fu) return sign | 0x7f800000u | (m << 13);
+    if (e != 0) return sign | ((e + 112u) << 23) | (m << 13);
+    if (m == 0) return sign;
+    uint32_t shift = 0;
+    while (!(m & 0x400u)) { m <<= 1; shift++; }
+    return sign | ((113u - shift) << 23) | ((m & 0x3ffu) << 13);
+}
+GC_INLINE float gc_h2f(uint16_t h) { return gc_bits2f(gc_h2fbits(h)); }
+GC_INLINE double gc_h2d(uint16_t h) {  /* bit moves only: signaling NaNs stay signaling */
+    const uint32_t f = gc_h2fbits(h);
+    const uint64_t sign = (uint64_t)(f >> 31) << 63, e = (f >> 23) & 0xffu, m = f & 0x7fffffu;
+    uint64_t bits;
+    if (e == 0xffu) bits = sign | UINT64_C(0x7ff0000000000000) | (m << 29);
+    else if (e == 0) bits = sign;  /* zero: float16 subnormals are float32 normals */
+    else bits = sign | ((e + 896u) << 52) | (m << 29);
+    double d; memcpy(&d, &bits, 8); return d;
+}
+
+GC_INLINE uint16_t gc_f2h(float f) {
+    uint32_t x = gc_f2bits(f);
+    uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) {
+        if (ax == 0x7f800000u) return (uint16_t)(sign | 0x7c00u);
+        uint32_t m = ax >> 13 & 0x3ffu;
+        return (uint16_t)(sign | 0x7c00u | (m ? m : 1u));
+    }
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
+    if (ax >= 0x38800000u) {
+        uint32_t r = ax - (112u << 23);
+        r += 0xfffu + ((r >> 13) & 1u);
+        return (uint16_t)(sign | (r >> 13));
+    }
+    if (ax <= 0x33000000u) return (uint16_t)sign;
+    uint32_t e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u, shift = 126u - e;
+    uint32_t q = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (q & 1u))) q++;
+    return (uint16_t)(sign | q);
+}
+
+GC_INLINE uint16_t gc_d2h(double d) {
+    uint64_t x = gc_d2bits(d);
+    uint32_t sign = (uint32_t)(x >> 48) & 0x8000u;
+    uint64_t ax = x & UINT64_C(0x7fffffffffffffff);
+    if (ax >= UINT64_C(0x7ff0000000000000)) {
+        if (ax == UINT64_C(0x7ff0000000000000)) return (uint16_t)(sign | 0x7c00u);
+        uint32_t m = (uint32_t)(ax >> 42) & 0x3ffu;
+        return (uint16_t)(sign | 0x7c00u | (m ? m : 1u));
+    }
+    if (ax >= UINT64_C(0x40effe0000000000)) return (uint16_t)(sign | 0x7c00u);
+    if (ax >= UINT64_C(0x3f10000000000000)) {
+        uint64_t r = ax - (UINT64_C(1008) << 52);
+        r += UINT64_C(0x1ffffffffff) + ((r >> 42) & 1u);
+        return (uint16_t)(sign | (uint32_t)(r >> 42));
+    }
+    if (ax <= UINT64_C(0x3e60000000000000)) return (uint16_t)sign;
+    uint64_t e = ax >> 52, m = (ax & UINT64_C(0xfffffffffffff)) | (UINT64_C(1) << 52);
+    uint64_t shift = 1051u - e;
+    uint64_t q = m >> shift, rem = m & ((UINT64_C(1) << shift) - 1u);
+    uint64_t half = UINT64_C(1) << (shift - 1u);
+    if (rem > half || (rem == half && (q & 1u))) q++;
+    return (uint16_t)(sign | (uint32_t)q);
+}
+
+GC_INLINE int gc_finite_f(float v) { return (gc_f2bits(v) & 0x7f800000u) != 0x7f800000u; }
+GC_INLINE int gc_finite_d(double v) {
+    return (gc_d2bits(v) & UINT64_C(0x7ff0000000000000)) != UINT64_C(0x7ff0000000000000);
+}
+
+GC_INLINE int8_t gc_wrap_i8(uint64_t u) {
+    uint32_t v = (uint32_t)(u & 0xffu);
+    return v >= 0x80u ? (int8_t)((int32_t)v - 256) : (int8_t)v;
+}
+GC_INLINE int16_t gc_wrap_i16(uint64_t u) {
+    uint32_t v = (uint32_t)(u & 0xffffu);
+    return v >= 0x8000u ? (int16_t)((int32_t)v - 65536) : (int16_t)v;
+}
+GC_INLINE int32_t gc_wrap_i32(uint64_t u) {
+    uint32_t v = (uint32_t)u;
+    return v >= 0x80000000u ? (int32_t)(-(int32_t)(~v) - 1) : (int32_t)v;
+}
+GC_INLINE int64_t gc_wrap_i64(uint64_t u) {
+    return u >= (UINT64_C(1) << 63) ? -(int64_t)(~u) - 1 : (int64_t)u;
+}
+
+GC_INLINE int32_t gc_cvt32(double d) {
+    return (d > -2147483649.0 && d < 2147483648.0) ? (int32_t)d : INT32_MIN;
+}
+GC_INLINE int64_t gc_cvt64(double d) {
+    return (d >= -9223372036854775808.0 && d < 9223372036854775808.0) ? (int64_t)d : INT64_MIN;
+}
+GC_INLINE uint32_t gc_f2u32(double d) {
+    return d >= 2147483648.0 ? ((uint32_t)gc_cvt32(d - 2147483648.0) ^ 0x80000000u)
+                             : (uint32_t)gc_cvt32(d);
+}
+GC_INLINE uint64_t gc_f2u64(double d) {
+    return d >= 9223372036854775808.0
+        ? ((uint64_t)gc_cvt64(d - 9223372036854775808.0) ^ (UINT64_C(1) << 63))
+        : (uint64_t)gc_cvt64(d);
+}
+
+/* SPEC.md section 6.1 for one axis: taps of coordinates 0..nc-1 over an axis of size n. */
+static inline void gc_axis_taps(int64_t nc, int64_t n, float scale, float ipo, float opo,
+                                int linear, int increasing, int64_t *i0, int64_t *i1, float *w0,
+                                float *w1) {
+    const float hi = (float)(n - 1);
+    for (int64_t o = 0; o < nc; o++) {
+        float t = (float)o - opo;
+        t = t / scale;
+        const float x = t - ipo;
+        if (!linear) {
+            float r = increasing ? ceilf(x) : floorf(x);
+            r = r < 0.0f ? 0.0f : (r > hi ? hi : r);
+            i0[o] = i1[o] = (int64_t)r;
+            w0[o] = 1.0f;
+            w1[o] = 0.0f;
+        } else {
+            float xc = x > 0.0f ? x : 0.0f;
+            xc = xc < hi ? xc : hi;
+            const float fl = floorf(xc);
+            const float f = xc - fl;
+            i0[o] = (int64_t)fl;
+            i1[o] = i0[o] + 1 < n ? i0[o] + 1 : n - 1;
+            w0[o] = 1.0f - f;
+            w1[o] = f;
+        }
+    }
+}
+
+#endif  /* GRADC_PRELUDE_H */

@@ -1,0 +1,59 @@
+"""What a target is: the ``Target`` protocol that every backend implements, and what it returns.
+
+A target lowers an optimized, verified graph. ``lower`` returns a ``Lowered``: the runner that
+computes the outputs from checked arrays, plus the program it made (source text or an ONNX
+model); the driver (``gradc.compile``) wraps it in an ``Executable``, which checks every call's
+arrays first. ``artifact`` gives the program alone, without building or loading it (what
+``gradc compile -o FILE`` writes). ``lowerings`` names the ops the target lowers; a graph with
+any other op is refused with an ``UnsupportedError`` before anything is produced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Collection, Mapping, Protocol
+
+import numpy as np
+
+from gradc.errors import VerifyError
+from gradc.ir.core import Graph
+
+Runner = Callable[[Mapping[str, np.ndarray], Mapping[str, int]], dict[str, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """What a target gives the driver: the runner and the program behind it."""
+
+    runner: Runner
+    source: str | None = None  # the generated program text ("numpy", "c")
+    model: Any = None  # the onnx.ModelProto ("onnx")
+    contiguous: bool = False  # the runner needs C-contiguous input arrays
+
+
+class Target(Protocol):
+    """One way to run a graph (see the module docstring)."""
+
+    name: str
+    exact: bool  # keeps the reference's order and roundings: bit-identical results
+    artifact_kind: str | None  # what ``artifact`` writes ("C source", ...), None: nothing
+
+    def lowerings(self) -> Collection[str]:
+        """The ops this target lowers."""
+        ...
+
+    def lower(self, graph: Graph, shapes: Mapping[str, int], **options: Any) -> Lowered:
+        """Build the runner of a verified, optimized graph; options are the target's own."""
+        ...
+
+    def artifact(self, graph: Graph, shapes: Mapping[str, int]) -> str | bytes:
+        """The program for a verified, optimized graph, without building or loading it."""
+        ...
+
+
+def reject_options(target: str, options: Mapping[str, Any]) -> None:
+    """VerifyError for the first option of a target that takes none."""
+    if options:
+        k = sorted(options)[0]
+        raise VerifyError(f"compile: {k}: expected no such option for target {target!r}, "
+                          f"got {options[k]!r}")

@@ -1,0 +1,87 @@
+"""The operator builders, made from each op's definition: one function per registered op.
+
+A builder takes the op's operands, then its attributes by the schema's names and in its order
+(``gradc.ir.ops.registry.Attr``); an omitted attribute (None) takes the schema's default. It
+checks the arguments (SPEC.md checklists), infers the result type and appends the node to the
+graph of its operands; it returns the result value (a tuple for several results). ``gradc.ops``
+re-exports these functions. ``constant`` is the one hand-written builder: it converts its
+argument to an array first.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+import numpy as np
+
+from gradc.ir.core import Graph, Value, as_array
+from gradc.ir.ops import REGISTRY
+from gradc.ir.ops.registry import OpDef, make_node
+from gradc.ir.types import DType
+
+
+def promote_scalars(lhs: Any, rhs: Any) -> list[Any]:
+    """Let one operand of a binary op be a Python or NumPy number.
+
+    The number becomes a constant of the other operand's dtype.
+    """
+    if isinstance(lhs, Value) and not isinstance(rhs, Value):
+        rhs = constant(np.asarray(rhs, dtype=lhs.type.dtype.numpy))
+    elif isinstance(rhs, Value) and not isinstance(lhs, Value):
+        lhs = constant(np.asarray(lhs, dtype=rhs.type.dtype.numpy))
+    return [lhs, rhs]
+
+
+def _signature(d: OpDef) -> inspect.Signature:
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    params = [inspect.Parameter(o, kind) for o in d.operands]
+    for a in d.attributes:
+        plain = a.default if isinstance(a.default, (bool, int, float, str)) else None
+        default = inspect.Parameter.empty if a.required else plain
+        params.append(inspect.Parameter(a.name, kind, default=default))
+    return inspect.Signature(params)
+
+
+def make_builder(d: OpDef) -> Callable[..., Any]:
+    """The builder of one op: its signature is the operands, then the schema's attributes."""
+    signature = _signature(d)
+
+    def build(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        operands = [bound.arguments[o] for o in d.operands]
+        if d.promote_scalars:
+            operands = promote_scalars(*operands)
+        attrs = {a.name: bound.arguments[a.name] for a in d.attributes}
+        return make_node(d.name, operands, attrs)
+
+    build.__name__ = build.__qualname__ = d.name
+    build.__doc__ = (type(d).__doc__ or d.name).strip()
+    build.__signature__ = signature  # type: ignore[attr-defined]
+    return build
+
+
+def constant(array: Any, dtype: DType | str | None = None, graph: Graph | None = None) -> Value:
+    """A tensor literal in ``graph`` (default: the graph of ``with graph:``, else adopted by its
+    first user)."""
+    return make_node("constant", [], {"value": as_array(array, dtype)}, graph=graph)
+
+
+BUILDERS: dict[str, Callable[..., Any]] = {
+    name: make_builder(d) for name, d in sorted(REGISTRY.items()) if name != "constant"}
+BUILDERS["constant"] = constant
+
+__all__ = sorted(BUILDERS)
+
+
+def __getattr__(name: str) -> Callable[..., Any]:
+    """``builders.relu`` and ``from gradc.ir.builders import relu`` (PEP 562)."""
+    try:
+        return BUILDERS[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(BUILDERS))
