@@ -20,7 +20,7 @@ from gradc import ops
 from gradc.ir.fused import make_fused
 from test_c_target import c_compile, check, data
 
-STREAM_MIN = 16 << 20  # bytes moved by a kernel, GC_STREAM_MIN in backends/c_prelude.py
+STREAM_MIN = 16 << 20  # bytes moved by a kernel, GC_STREAM_MIN in backends/c/prelude.h
 MIXED = 4 + 4 + 2 + 4 + 2 + 8  # bytes per element moved by _mixed_outputs_graph
 
 

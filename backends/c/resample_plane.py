@@ -7,7 +7,7 @@ with weight-0 entries to K per column and to a multiple of 16 columns) -- a stri
 the column indices are affine in j, a table lookup elsewhere. Then every tap of the row axes
 adds ``f32(w_rows * GW[kk][j]) * G[kk][j]`` to its output row for kk = 0..K-1: contiguous,
 vectorizable loops that add each output element's terms in canonical order (see
-``c_resample``). Weight-0 terms add +-0 to a sum that is never -0, which changes no bit while
+``resample``). Weight-0 terms add +-0 to a sum that is never -0, which changes no bit while
 dY is finite (checked on the sums, see ``_write_plane``).
 """
 

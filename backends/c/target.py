@@ -8,14 +8,14 @@
   ``~/.cache/gradc``).
 - ``openmp``: set False to compile without OpenMP even where the compiler supports it.
 
-Layout of the program (``c_emit``): one static function per node or fused group, one entry
+Layout of the program (``emit``): one static function per node or fused group, one entry
 function. Fused groups never get intermediate buffers: an elementwise group is one loop; an
 anchored group evaluates its prologue per gradient element, and its epilogue when it writes the
 result -- max_pooling_grad and resample_grad accumulate each (n, c) plane in a small per-thread
 buffer (cache resident) and apply the epilogue while writing the plane out (2x2 stride-2 windows
 that tile a float32 plane are written directly, two windows per SSE2 step; other 2-D windows
 take a separable row/column argmax); slice_grad writes every element once. Kernels that move
-16 MiB or more write with streaming stores (x86-64; see ``c_prelude``). Index arithmetic is
+16 MiB or more write with streaming stores (x86-64; see ``prelude.h``). Index arithmetic is
 int64 (in-plane pooling indices are int32 when a plane has fewer than 2^31 elements). Outputs
 are allocated 64-byte aligned.
 
@@ -24,7 +24,7 @@ store; copies and selections move bit patterns; summing ops (max_pooling_grad, r
 resample_grad, reduce_sum) keep the canonical order and the reference's accumulation types, so
 every op is bit-identical to the reference target (NaN payloads of arithmetic results aside).
 ``cast`` from floating point to integer, undefined in C for NaN and out-of-range values, is
-defined as NumPy behaves on x86-64 (see ``c_prelude``).
+defined as NumPy behaves on x86-64 (see ``prelude.h``).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ comparisons, same order), so results are bit-identical to the reference target. 
 emitters write into a free operand buffer when ``FunctionEmitter.reusable`` finds one
 (``np.add(a, b, out=a)``, ``np.copyto(t, 0, where=...)``); selections in place copy exactly the
 values the reference's ``np.where`` selects. Ops whose reference is more than an expression call
-a helper copied into the module (``numpy_helpers``).
+a helper copied into the module (``helpers``).
 """
 
 from __future__ import annotations

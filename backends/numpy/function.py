@@ -85,7 +85,7 @@ class FunctionEmitter:
     """Emits the statements of one graph function."""
 
     def __init__(self, module: Any) -> None:
-        self.module = module  # module-level constants and helpers (numpy_target.ModuleBuilder)
+        self.module = module  # module-level constants and helpers (target.ModuleBuilder)
         self.namer = Namer()
         self.lines: list[str] = []
         self.slots: dict[Value, Slot] = {}
