@@ -1,7 +1,9 @@
 """Golden C: the C target's source for one small graph per kind of kernel, compared as text.
 
 Each graph is optimized with the default passes and lowered to C (no C compiler is needed);
-the source must equal ``tests/golden/c/<case>.c``, and a mismatch prints a unified diff.
+the source must equal ``tests/golden/c/<case>.c``, and a mismatch prints a unified diff. The
+files hold the program with the prelude replaced by one marker line (``PRELUDE_MARK``): every
+program copies ``prelude.h`` verbatim, which ``test_prelude_is_the_packaged_header`` checks.
 ``GRADC_UPDATE_GOLDEN=1`` rewrites the files (the switch of the NumPy golden test). The files
 guard refactors of the emitters: a change that should not touch the generated C shows here.
 """
@@ -27,6 +29,7 @@ from gradc.backends.c.prelude import PRELUDE
 
 GOLDEN = Path(__file__).parent / "golden" / "c"
 UPDATE = os.environ.get("GRADC_UPDATE_GOLDEN") == "1"
+PRELUDE_MARK = "/* ... prelude.h, copied verbatim (tests/test_c_golden.py checks it) ... */\n"
 
 
 def elementwise() -> gradc.Graph:
@@ -133,7 +136,9 @@ def c_source(name: str) -> str:
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_golden_c(name):
-    src = c_source(name)
+    full = c_source(name)
+    assert full.count(PRELUDE) == 1, "the program must copy the prelude once"
+    src = full.replace(PRELUDE, PRELUDE_MARK)
     path = GOLDEN / f"{name}.c"
     if UPDATE:
         GOLDEN.mkdir(parents=True, exist_ok=True)
