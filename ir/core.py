@@ -191,6 +191,7 @@ class Graph:
             if n not in kept:
                 self._names.difference_update(v.name for v in n.outputs)
         self._nodes = keep
+        self._views.pop("nodes", None)
 
     # -- inspection -----------------------------------------------------------------------
     def values(self) -> list[Value]:
@@ -259,12 +260,8 @@ def structurally_equal(a: Graph, b: Graph) -> bool:
     return _structure_difference(a, b) is None
 
 
-def structure_difference(a: Graph, b: Graph) -> str | None:
-    """The first difference between two graphs, in words, or None when structurally equal."""
-    return _structure_difference(a, b)
-
-
 def _structure_difference(a: Graph, b: Graph) -> str | None:
+    """The first difference between two graphs, in words, or None when structurally equal."""
     if a.name != b.name:
         return f"graph names {a.name!r} and {b.name!r}"
     if len(a._inputs) != len(b._inputs) or len(a._nodes) != len(b._nodes):

@@ -158,11 +158,6 @@ SCALAR: dict[str, Scalar] = {
 }
 
 
-def used_operands(node: Node) -> list[Value]:
-    """The operands whose values the op's expression reads (``OpDef.shape_operands`` aside)."""
-    return value_operands(node)
-
-
 class ExprGen:
     """Emits one C statement per value needed at one element: loads, then op expressions.
 
@@ -197,7 +192,7 @@ class ExprGen:
             if node is None or node.op not in SCALAR:
                 raise UnsupportedError(f"c target: {node.op if node else 'input'}: expected an "
                                        "elementwise op inside an elementwise loop")
-            args = {id(x): self.get(x) for x in used_operands(node)}
+            args = {id(x): self.get(x) for x in value_operands(node)}
             expr = SCALAR[node.op](node, [args.get(id(x), "0") for x in node.inputs])
         name = f"{self.prefix}{len(self.names)}"
         self.names[v] = name
@@ -217,7 +212,7 @@ def needed_inputs(outputs: list[Value], stop: set[Value]) -> list[Value]:
         if v in stop or v.producer is None:
             found.append(v)
             return
-        for x in used_operands(v.producer):
+        for x in value_operands(v.producer):
             visit(x)
 
     for v in outputs:

@@ -18,7 +18,7 @@ import builtins
 import inspect
 import symtable
 import textwrap
-from typing import Any, Callable
+from typing import Callable
 
 from gradc.errors import GradcError
 from gradc.ir.ops import REGISTRY
@@ -198,7 +198,3 @@ def helpers_source(names: set[str]) -> str:
     """The text of the helpers ``names`` need, separated by blank lines."""
     return "\n\n".join(helper(n)[0] for n in closure(names))
 
-
-def is_copied(func: Any) -> bool:
-    """True when ``func`` is copied into generated modules (for tests)."""
-    return any(f is func for f in _FUNCS.values())

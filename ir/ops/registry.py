@@ -118,13 +118,6 @@ class OpDef:
         return [v for i, v in enumerate(node.inputs)
                 if i >= len(names) or names[i] not in self.shape_operands]
 
-    def attr(self, name: str) -> Attr:
-        """The schema entry of one attribute."""
-        for a in self.attributes:
-            if a.name == name:
-                return a
-        raise GradcError(f"internal error: {self.name} has no attribute {name!r} in its schema")
-
     def value_range(self, attrs: Mapping[str, Any],
                     dtype: DType) -> tuple[float, float] | None:
         """Bounds on the result's non-NaN elements that hold for any operands, if known."""
@@ -239,9 +232,11 @@ class Checker:
     # -- attributes -------------------------------------------------------------------
     def _get(self, name: str, default: Any, length: int | None = None) -> Any:
         """The raw value, else the default: the caller's (a derived one), else the schema's."""
-        if default is _MISSING:
-            default = self._schema_default(name, length)
+        if self.schema is not None and name not in self.schema:
+            raise GradcError(f"internal error: {self.op}: {name} is not in the op's schema")
         v = self.raw.get(name, None)
+        if v is None and default is _MISSING:
+            default = self._schema_default(name, length)
         if v is None:
             if default is _MISSING:
                 self.fail(name, "a value (required argument)", "none")
@@ -251,9 +246,7 @@ class Checker:
     def _schema_default(self, name: str, length: int | None) -> Any:
         if self.schema is None:
             return _MISSING
-        a = self.schema.get(name)
-        if a is None:
-            raise GradcError(f"internal error: {self.op}: {name} is not in the op's schema")
+        a = self.schema[name]
         if a.default is REQUIRED:
             return _MISSING
         if a.default is DERIVED:
