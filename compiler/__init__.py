@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from gradc.errors import GradcError, InputError, ParseError, UnsupportedError, VerifyError
+from gradc.errors import (GradcError, InputError, ParseError, ResourceError, UnsupportedError,
+                          VerifyError)
 
 if TYPE_CHECKING:
     from gradc import ops
@@ -33,7 +34,8 @@ _LAZY = {
 }
 
 __all__ = [
-    "GradcError", "InputError", "ParseError", "UnsupportedError", "VerifyError", "Graph", "Node",
+    "GradcError", "InputError", "ParseError", "ResourceError", "UnsupportedError", "VerifyError",
+    "Graph", "Node",
     "Value", "DType", "TensorType", "ops", "parse", "compile", "Executable", "optimize",
     "Optimized", "grad", "from_onnx", "to_onnx",
 ]

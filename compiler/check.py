@@ -21,6 +21,7 @@ from gradc.api import compile
 from gradc.api import grad as make_grad
 from gradc.backends import TARGETS as ALL_TARGETS
 from gradc.errors import GradcError, UnsupportedError
+from gradc.executable import check_sizes, memory_limit
 from gradc.ir.core import Graph, Value
 from gradc.ir.ops.registry import make_node
 
@@ -29,7 +30,13 @@ TARGETS = tuple(k for k in ALL_TARGETS if k != "reference")  # each compared wit
 
 def random_inputs(g: Graph, shapes: Mapping[str, int],
                   seed: int = 0) -> dict[str, np.ndarray]:
-    """Random arrays for every input (symbolic dims default to 2)."""
+    """Random arrays for every input (symbolic dims default to 2).
+
+    A graph whose values would not fit in memory with these sizes is refused first
+    (``ResourceError``, naming the value), before anything is allocated.
+    """
+    bindings = {s: shapes.get(s, 2) for v in g.inputs for s in v.type.symbols}
+    check_sizes(g, bindings, memory_limit())
     rng = np.random.default_rng(seed)
     out = {}
     for v in g.inputs:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 from typing import Any, Callable, Sequence
@@ -16,6 +17,7 @@ from gradc.check import compare_targets, random_inputs, run_check
 from gradc.errors import GradcError
 from gradc.examples import EXAMPLES, example
 from gradc.ir.core import Graph
+from gradc.ir.types import MAX_DIM
 from gradc.ir.parser import parse
 from gradc.passes import instruments_from_flags
 from gradc.show import show
@@ -83,8 +85,9 @@ def parse_shapes(items: Sequence[str] | None) -> dict[str, int]:
     out: dict[str, int] = {}
     for item in items or []:
         name, sep, value = item.partition("=")
-        if not sep or not name or not value.isdigit() or int(value) < 1:
-            raise CliError(f"--shape {item!r}: expected NAME=SIZE with SIZE >= 1")
+        if (not sep or not name or not re.fullmatch(r"[0-9]{1,19}", value)
+                or not 1 <= int(value) <= MAX_DIM):
+            raise CliError(f"--shape {item!r}: expected NAME=SIZE with SIZE in [1, 2**63 - 1]")
         out[name] = int(value)
     return out
 
@@ -288,6 +291,14 @@ def _list_examples() -> int:
     return 0
 
 
+def _naming_file(args: argparse.Namespace, msg: str) -> str:
+    """The message with the input file in front, unless it already names it."""
+    path = getattr(args, "file", None)
+    if not path or msg.startswith(path):
+        return msg
+    return f"{path}: {msg}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``gradc`` command."""
     ap = build_parser()
@@ -299,12 +310,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             raise
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        print(f"gradc: error: {msg}", file=sys.stderr)
+        print(f"gradc: error: {_naming_file(args, msg)}", file=sys.stderr)
         return EXIT_USAGE
-    except (OSError, MemoryError) as e:
+    except MemoryError as e:
         if args.debug:
             raise
-        print(f"gradc: error: {e}", file=sys.stderr)
+        msg = f"out of memory{f' ({e})' if str(e) else ''}"
+        print(f"gradc: error: {_naming_file(args, msg)}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as e:
+        if args.debug:
+            raise
+        print(f"gradc: error: {_naming_file(args, str(e) or type(e).__name__)}",
+              file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

@@ -26,3 +26,7 @@ class UnsupportedError(GradcError):
 
 class InputError(GradcError):
     """An array given to an Executable that does not match the graph."""
+
+
+class ResourceError(GradcError):
+    """A run that needs more memory than the machine (or the process's limit) can give."""

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, Mapping
 
 import numpy as np
 
 from gradc.backends.target import Runner
-from gradc.errors import InputError
-from gradc.ir.core import Graph
+from gradc.errors import InputError, ResourceError
+from gradc.ir.core import Graph, Value
+from gradc.ir.printer import fmt_name, fmt_type
+from gradc.ir.types import MAX_BYTES, byte_size, fmt_bytes
 
 
 def bind_inputs(graph: Graph, arrays: Mapping[str, Any], shapes: Mapping[str, int] | None,
@@ -25,10 +28,15 @@ def bind_inputs(graph: Graph, arrays: Mapping[str, Any], shapes: Mapping[str, in
             raise InputError(f"input {v.name!r}: missing (expected {v.type.dtype} array of shape "
                              f"{_shape(v.type.shape)})")
         a = arrays[v.name]
-        if isinstance(a, np.generic):
+        if isinstance(a, np.ma.MaskedArray):
+            raise InputError(f"input {v.name!r}: expected a numpy.ndarray, got a masked array "
+                             "(its mask would be ignored: pass a.filled(value))")
+        if isinstance(a, (np.generic, np.ndarray)) and type(a) is not np.ndarray:
+            # A scalar, or a subclass (np.matrix, np.memmap, ...): the targets see the plain
+            # array, so no method of a subclass (its __getitem__, its 2-D-only indexing) runs.
             a = np.asarray(a)
             arrays[v.name] = a  # type: ignore[index]
-        if not isinstance(a, np.ndarray):
+        if type(a) is not np.ndarray:
             raise InputError(f"input {v.name!r}: expected a numpy.ndarray, got "
                              f"{type(a).__name__}")
         want = v.type.dtype.numpy
@@ -53,6 +61,49 @@ def bind_inputs(graph: Graph, arrays: Mapping[str, Any], shapes: Mapping[str, in
     return bindings
 
 
+def memory_limit() -> int:
+    """The most bytes one allocation can get here: physical memory, or RLIMIT_AS if lower."""
+    try:
+        limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        limit = MAX_BYTES
+    try:
+        import resource  # lazy: POSIX only
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft != resource.RLIM_INFINITY:
+            limit = min(limit, soft)
+    except (ImportError, OSError, ValueError):
+        pass
+    return limit
+
+
+def value_bytes(graph: Graph, bindings: Mapping[str, int]) -> list[tuple[int, Value]]:
+    """(bytes, value) for every value of the graph with the symbols bound, largest first."""
+    sizes = [(byte_size((bindings.get(d, 1) if isinstance(d, str) else d
+                         for d in v.type.shape), v.type.dtype), v)
+             for v in list(graph.inputs) + [o for n in graph.nodes for o in n.outputs]]
+    return sorted(sizes, key=lambda p: (-p[0], p[1].producer is None))
+
+
+def check_sizes(graph: Graph, bindings: Mapping[str, int], limit: int) -> None:
+    """InputError when the bound symbols make a value too large for any machine (2**62 bytes,
+    where int64 index arithmetic would wrap); ResourceError when it is larger than ``limit``."""
+    for nbytes, v in value_bytes(graph, bindings):
+        if nbytes > MAX_BYTES:
+            syms = ", ".join(f"{s}={bindings[s]}" for s in v.type.symbols if s in bindings)
+            raise InputError(f"value {fmt_name(v.name)}: {fmt_type(v.type)} with {syms} is "
+                             f"{fmt_bytes(nbytes)}, more than the 2**62 bytes a tensor may hold")
+        if nbytes > limit:
+            raise ResourceError(_too_big(graph, v, nbytes, f"this machine's memory "
+                                         f"({fmt_bytes(limit)})"))
+        break
+
+
+def _too_big(graph: Graph, v: Value, nbytes: int, what: str) -> str:
+    return (f"graph {graph.name!r}: value {fmt_name(v.name)}: {fmt_type(v.type)} needs "
+            f"{fmt_bytes(nbytes)}, more than {what}")
+
+
 def _shape(shape: tuple) -> str:
     return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
 
@@ -72,10 +123,19 @@ class Executable:
         self._shapes = dict(shapes or {})
         self._contiguous = contiguous
 
-    def __call__(self, **arrays: Any) -> dict[str, np.ndarray]:
+    def __call__(self, /, **arrays: Any) -> dict[str, np.ndarray]:
+        # `self` is positional-only, so an input may be named "self" (any name is an input).
         arrays = dict(arrays)
         bindings = bind_inputs(self.graph, arrays, self._shapes, self._contiguous)
-        return self._runner(arrays, bindings)
+        check_sizes(self.graph, bindings, memory_limit())
+        try:
+            return self._runner(arrays, bindings)
+        except MemoryError:
+            nbytes, v = value_bytes(self.graph, bindings)[0]
+            raise ResourceError(f"graph {self.graph.name!r}: out of memory while running on "
+                                f"target {self.target!r} (its largest value "
+                                f"{fmt_name(v.name)}: {fmt_type(v.type)} needs "
+                                f"{fmt_bytes(nbytes)})") from None
 
     def __repr__(self) -> str:
         return f"<Executable {self.graph.name} target={self.target}>"

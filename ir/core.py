@@ -10,7 +10,7 @@ import numpy as np
 
 from gradc.errors import VerifyError
 from gradc.ir.printer import print_graph
-from gradc.ir.types import DType, TensorType
+from gradc.ir.types import DType, TensorType, check_name
 
 
 class Value:
@@ -70,9 +70,7 @@ class Graph:
     """
 
     def __init__(self, name: str = "main") -> None:
-        if not isinstance(name, str) or not name:
-            raise VerifyError(f"graph: name: expected a non-empty string, got {name!r}")
-        self.name = name
+        self.name = check_name(name, "graph: name")
         self._inputs: list[Value] = []
         self._nodes: list[Node] = []
         self._outputs: list[Value] = []
@@ -116,8 +114,7 @@ class Graph:
         return name in self._names
 
     def _claim(self, name: str, what: str) -> str:
-        if not isinstance(name, str) or not name:
-            raise VerifyError(f"{what}: name: expected a non-empty string, got {name!r}")
+        check_name(name, f"{what}: name")
         if name in self._names:
             raise VerifyError(f"{what}: name: expected a name not used in graph "
                               f"{self.name!r}, got {name!r}")

@@ -10,7 +10,7 @@ import numpy as np
 
 from gradc.errors import GradcError, ParseError
 from gradc.ir.core import Graph, Node, Value
-from gradc.ir.types import DType, TensorType
+from gradc.ir.types import MAX_DIM, DType, TensorType, element_count
 from gradc.ir.fused import infer_fused
 from gradc.ir.ops.registry import infer_node
 
@@ -23,6 +23,7 @@ _TOKEN = re.compile(r"""
   | (?P<punct>[(){}\[\],:=<>])
 """, re.VERBOSE)
 MAX_DEPTH = 16
+MAX_INT_DIGITS = 40  # far beyond any int64/uint64 value; Python refuses str->int over 4300
 
 
 class _Tok:
@@ -58,6 +59,11 @@ def _unquote(text: str, tok: _Tok) -> str:
         raise ParseError(f"bad string {text}", tok.line, tok.col) from None
     if not isinstance(s, str):
         raise ParseError(f"bad string {text}", tok.line, tok.col)
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ParseError(f"string {text}: expected valid Unicode text, got a lone surrogate "
+                         f"U+{ord(s[e.start]):04X}", tok.line, tok.col) from None
     return s
 
 
@@ -121,8 +127,11 @@ class Parser:
             if dims:
                 self.expect(",")
             d = self.next()
-            if d.kind == "number" and re.fullmatch(r"[0-9]+", d.text) and int(d.text) >= 1:
-                dims.append(int(d.text))
+            if d.kind == "number" and re.fullmatch(r"[0-9]+", d.text):
+                n = self.parse_number(d)
+                if not 1 <= n <= MAX_DIM:
+                    raise self.error("expected a dim in [1, 2**63 - 1]", d)
+                dims.append(n)
             elif d.kind in ("ident", "string") and d.text not in ("inf", "nan"):
                 dims.append(d.text if d.kind == "ident" else _unquote(d.text, d))
                 if not dims[-1]:
@@ -131,11 +140,17 @@ class Parser:
                 raise self.error("expected a dim (an integer >= 1 or a symbol)", d)
             if len(dims) > 64:
                 raise self.error("too many dims")
-        return TensorType(dtype, tuple(dims))
+        try:
+            return TensorType(dtype, tuple(dims))
+        except GradcError as e:
+            raise ParseError(str(e), t.line, t.col) from None
 
     def parse_number(self, tok: _Tok) -> int | float:
         text = tok.text
         if re.fullmatch(r"[-+]?[0-9]+", text):
+            if len(text.lstrip("+-").lstrip("0")) > MAX_INT_DIGITS:
+                raise ParseError(f"integer literal of {len(text)} characters is out of range "
+                                 f"(at most {MAX_INT_DIGITS} digits)", tok.line, tok.col)
             return int(text)
         return float(text)
 
@@ -174,7 +189,7 @@ class Parser:
         self.expect(":")
         dt = t.dtype.numpy
         shape = [int(d) for d in t.shape]
-        count = int(np.prod(shape, dtype=np.int64))
+        count = element_count(shape)
         if self.accept("hex"):
             s = self.next()
             if s.kind != "string":

@@ -61,7 +61,12 @@ def fmt_attr(v: Any) -> str:
     if isinstance(v, (int, np.integer)):
         return str(int(v))
     if isinstance(v, float):
-        return fmt_float(v, np.float32) if float(np.float32(v)) == v else fmt_float(v)
+        # The parser reads a float attribute as a Python float: the float32 spelling is used
+        # only where it reads back as exactly v (-2147483648.0 is a float32, but "-2.1474836e+09"
+        # is not it).
+        with np.errstate(over="ignore"):  # 1e300 is no float32: it prints as inf, not used
+            short = fmt_float(v, np.float32)
+        return short if float(short) == v else fmt_float(v)
     if isinstance(v, str):
         return json.dumps(v)
     if isinstance(v, DType):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 import enum
 from dataclasses import dataclass
-from typing import Union, cast
+from typing import Iterable, Union, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -94,6 +94,50 @@ def is_symbol(d: Dim) -> bool:
 
 
 MAX_DIM = 2 ** 63 - 1  # dims, sizes and index arithmetic are int64 in every target
+MAX_BYTES = 2 ** 62  # the largest tensor a type may describe: beyond any machine, and int64-safe
+
+
+def element_count(dims: Iterable[object]) -> int:
+    """The product of the static dims, as an exact Python int (symbols count as 1).
+
+    The one way gradc counts elements: never in int64 (which wraps), never by allocating.
+    """
+    n = 1
+    for d in dims:
+        if not isinstance(d, str):
+            n *= int(cast(int, d))
+    return n
+
+
+def byte_size(dims: Iterable[object], dtype: "DType") -> int:
+    """``element_count(dims)`` times the dtype's item size, exactly (bool is one byte)."""
+    return element_count(dims) * dtype.numpy.itemsize
+
+
+def fmt_bytes(n: int) -> str:
+    """A byte count for messages: ``2**40 bytes (1 TiB)``-style, exact and readable."""
+    for unit, size in (("EiB", 2 ** 60), ("PiB", 2 ** 50), ("TiB", 2 ** 40), ("GiB", 2 ** 30),
+                       ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if n >= size:
+            return f"{n} bytes ({n / size:.3g} {unit})"
+    return f"{n} bytes"
+
+
+def check_name(name: object, what: str) -> str:
+    """Validate a name (value, graph or symbol): a non-empty string that UTF-8 can encode.
+
+    Names reach files (text IR, ONNX protobufs, C comments) as UTF-8; a lone surrogate such as
+    ``"\\ud800"`` is a valid Python string but no valid text, so it is refused here.
+    """
+    if not isinstance(name, str) or not name:
+        raise VerifyError(f"{what}: expected a non-empty string, got {name!r}")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as e:
+        bad = name[e.start]
+        raise VerifyError(f"{what}: expected valid Unicode text, got {name!r} (a lone surrogate "
+                          f"U+{ord(bad):04X} at index {e.start})") from None
+    return name
 
 
 def check_dim(d: object, what: str) -> Dim:
@@ -106,7 +150,7 @@ def check_dim(d: object, what: str) -> Dim:
                               f"got {int(d)}")
         return int(d)
     if isinstance(d, str) and d:
-        return d
+        return check_name(d, what)
     raise VerifyError(f"{what}: expected an int >= 1 or a symbol name, got {d!r}")
 
 
@@ -121,6 +165,21 @@ class TensorType:
         object.__setattr__(self, "dtype", DType.of(self.dtype))
         object.__setattr__(
             self, "shape", tuple(check_dim(d, f"shape[{i}]") for i, d in enumerate(self.shape)))
+        nbytes = byte_size(self.shape, self.dtype)
+        if nbytes > MAX_BYTES:
+            at_least = "" if self.is_static else "at least "
+            raise VerifyError(f"type {self}: {at_least}{fmt_bytes(nbytes)}, more than the "
+                              f"2**62 bytes a tensor may hold")
+
+    @property
+    def size(self) -> int | None:
+        """The number of elements (an exact int), or None when a dim is symbolic."""
+        return element_count(self.shape) if self.is_static else None
+
+    @property
+    def nbytes(self) -> int | None:
+        """The size in bytes (an exact int), or None when a dim is symbolic."""
+        return byte_size(self.shape, self.dtype) if self.is_static else None
 
     @property
     def rank(self) -> int:

@@ -38,8 +38,16 @@ class Toolchain:
     openmp: bool
 
 
+CC_TIMEOUT = 300.0  # seconds one compiler run may take before the build is refused
+
+
 def _run(argv: list[str], cwd: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=300)
+    timeout = CC_TIMEOUT
+    try:
+        return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise GradcError(f"c target: cc: {shlex.join(argv[:1])} did not finish within "
+                         f"{timeout:g} s") from None
 
 
 def _version(argv: tuple[str, ...]) -> str:
@@ -95,8 +103,12 @@ def _atomic_write(path: Path, data: bytes, strict: bool = False) -> None:
         # A probe result that cannot be cached only costs a probe next time.
 
 
-def compile_library(source: str, cc: str, cache_dir: str, openmp: bool = True) -> Path:
-    """The path of the shared library of ``source``, compiling it unless it is cached."""
+def compile_library(source: str, cc: str, cache_dir: str, openmp: bool = True,
+                    name: str = "graph") -> Path:
+    """The path of the shared library of ``source``, compiling it unless it is cached.
+
+    ``name`` (the graph's) is named in errors: a failing or hanging compiler is a GradcError.
+    """
     tc = toolchain(cc, cache_dir)
     flags = [*BASE_FLAGS, *tc.flags] + ([OPENMP_FLAG] if openmp and tc.openmp else [])
     key = hashlib.sha256("\0".join([source, *tc.argv, tc.version, *flags]).encode()).hexdigest()
@@ -113,10 +125,14 @@ def compile_library(source: str, cc: str, cache_dir: str, openmp: bool = True) -
         raise GradcError(f"c target: cache_dir: expected a writable directory, got "
                          f"{str(lib.parent)!r} ({e.strerror})") from None
     try:
-        r = _run([*tc.argv, *flags, "-o", tmp, str(src), "-lm"])
+        try:
+            r = _run([*tc.argv, *flags, "-o", tmp, str(src), "-lm"])
+        except GradcError as e:
+            raise GradcError(f"{e} on graph {name!r} ({source.count(chr(10))} lines of C in "
+                             f"{src})") from None
         if r.returncode != 0:
-            raise GradcError(f"c target: the C compiler failed on the generated source "
-                             f"({src}):\n{r.stderr.strip()[-2000:]}")
+            raise GradcError(f"c target: the C compiler failed on the generated source of "
+                             f"graph {name!r} ({src}):\n{r.stderr.strip()[-2000:]}")
         os.replace(tmp, lib)
     finally:
         if os.path.exists(tmp):

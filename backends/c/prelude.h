@@ -184,7 +184,9 @@ GC_INLINE uint64_t gc_f2u64(double d) {
         : (uint64_t)gc_cvt64(d);
 }
 
-/* SPEC.md section 6.1 for one axis: taps of coordinates 0..nc-1 over an axis of size n. */
+/* SPEC.md section 6.1 for one axis: taps of coordinates 0..nc-1 over an axis of size n.
+   The float32 clamp to f32(n - 1) rounds up to n for some n above 2**24, so indices are
+   clamped once more as integers (as resample.coord_taps does): none reaches past the axis. */
 static inline void gc_axis_taps(int64_t nc, int64_t n, float scale, float ipo, float opo,
                                 int linear, int increasing, int64_t *i0, int64_t *i1, float *w0,
                                 float *w1) {
@@ -196,7 +198,7 @@ static inline void gc_axis_taps(int64_t nc, int64_t n, float scale, float ipo, f
         if (!linear) {
             float r = increasing ? ceilf(x) : floorf(x);
             r = r < 0.0f ? 0.0f : (r > hi ? hi : r);
-            i0[o] = i1[o] = (int64_t)r;
+            i0[o] = i1[o] = (int64_t)r < n - 1 ? (int64_t)r : n - 1;
             w0[o] = 1.0f;
             w1[o] = 0.0f;
         } else {
@@ -204,7 +206,7 @@ static inline void gc_axis_taps(int64_t nc, int64_t n, float scale, float ipo, f
             xc = xc < hi ? xc : hi;
             const float fl = floorf(xc);
             const float f = xc - fl;
-            i0[o] = (int64_t)fl;
+            i0[o] = (int64_t)fl < n - 1 ? (int64_t)fl : n - 1;
             i1[o] = i0[o] + 1 < n ? i0[o] + 1 : n - 1;
             w0[o] = 1.0f - f;
             w1[o] = f;

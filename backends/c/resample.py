@@ -14,6 +14,13 @@ resample_grad has two paths, both in canonical order (dY row-major, then taps):
   finite: a sum that starts at +0 never becomes -0. The plane path checks this as it reads dY.
 - *general path*: a serial scatter of every tap, weight-0 taps included (0 * inf = NaN reaches
   the neighbour as in the reference). Used when dY holds inf/NaN or no plane split applies.
+
+The plane path bakes its tables into the source (``resample_plane``) only while they fit that
+module's budgets; otherwise (or for symbolic plane dims) it gathers from tables built at run time,
+and when that gather table would be much larger than the taps it holds (many dY columns into few
+output columns) or cannot be allocated, the general path runs instead. So compile-time work is
+bounded by the graph, and run-time memory by the tensors (plus a per-axis tap table), never by
+a product of two axes. Every ``malloc`` failure returns 1 (the runtime reports it).
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import itertools
 
 from gradc.backends.c.kernel import (Anchored, Kernel, anchored, ctx_gen, fail_unless,
                                      omp_for)
-from gradc.backends.c.resample_plane import static_plane_path
+from gradc.backends.c.resample_plane import plan_static_plane, static_plane_path
 from gradc.backends.c.scalar import narrow, widen
 from gradc.backends.c.ctypes_map import CType, Dims, ctype, float_literal, strides
 from gradc.backends.c.writer import CWriter
@@ -122,10 +129,11 @@ def emit_resample_grad(k: Kernel) -> None:
     for d in range(lead):
         cw.line(f"for (int64_t o = 0; o < {dims.expr(ys[d])}; o++) "
                 f"fast = fast && I{d}_0[o] == o && W{d}_0[o] == 1.0f;")
-    if all(dims.static(d) is not None for d in ys[lead:] + os_[lead:]):
+    plan = plan_static_plane(a, [dims.static(d) for d in ys], [dims.static(d) for d in os_], lead)
+    if plan is not None:
         cw.line("int fail = 0;", "int64_t *gx = NULL; float *gw = NULL;")
         with cw.block("if (fast)"):
-            static_plane_path(k, an, lead)
+            static_plane_path(k, an, lead, plan)
     else:
         _gather(k, r - 1, dims.expr(ys[-1]), dims.expr(os_[-1]))
         with cw.block("if (fast)"):
@@ -135,28 +143,41 @@ def emit_resample_grad(k: Kernel) -> None:
     cw.line("free(ti); free(tw); free(gx); free(gw);", "if (fail) return 1;")
 
 
+GATHER_SLACK = 4  # the run-time gather table may hold 4x the taps (plus 4 per column), no more
+
+
 def _gather(k: Kernel, d: int, ny: str, no: str) -> None:
-    """For each output column j: its (dY column, weight) pairs, weight != 0, padded to K."""
+    """For each output column j: its (dY column, weight) pairs, weight != 0, padded to K.
+
+    The table has K x no entries (K: the most pairs of one column). When many dY columns feed
+    few output columns that is up to ny x no, far more than the ny x taps pairs it holds, and
+    the plane path would do that much work per row: beyond ``GATHER_SLACK`` times the pairs
+    (plus that many per column), or when an allocation fails, ``fast`` is cleared and the
+    general path runs (same results).
+    """
     taps = _ntaps(k)
     cw = k.code
     cw.line("int fail = 0;", "int64_t K = 1;", "int64_t *gx = NULL; float *gw = NULL;",
-            f"int64_t *cnt = (int64_t *)calloc((size_t){no}, sizeof(int64_t));",
-            "if (!cnt) fail = 1;")
-    with cw.block("if (!fail)"):
+            f"int64_t *cnt = fast ? (int64_t *)calloc((size_t){no}, sizeof(int64_t)) : NULL;",
+            "if (!cnt) fast = 0;")
+    with cw.block("if (fast)"):
         with cw.block(f"for (int64_t x = 0; x < {ny}; x++)"):
             cw.line(*(f"if (W{d}_{t}[x] != 0.0f) cnt[I{d}_{t}[x]]++;" for t in range(taps)))
         cw.line(f"for (int64_t j = 0; j < {no}; j++) K = cnt[j] > K ? cnt[j] : K;",
-                f"gx = (int64_t *)calloc((size_t)(K * {no}), sizeof(int64_t));",
+                f"if ((double)K * (double){no} > {GATHER_SLACK}.0 * ((double){ny} * {taps}.0 + "
+                f"(double){no})) fast = 0;")
+    with cw.block("if (fast)"):
+        cw.line(f"gx = (int64_t *)calloc((size_t)(K * {no}), sizeof(int64_t));",
                 f"gw = (float *)calloc((size_t)(K * {no}), sizeof(float));",
-                "if (!gx || !gw) fail = 1;")
-    with cw.block("if (!fail)"):
+                "if (!gx || !gw) fast = 0;")
+    with cw.block("if (fast)"):
         cw.line(f"memset(cnt, 0, (size_t){no} * sizeof(int64_t));")
         with cw.block(f"for (int64_t x = 0; x < {ny}; x++)"):
             for t in range(taps):
                 with cw.block(f"if (W{d}_{t}[x] != 0.0f)"):
                     cw.line(f"const int64_t j = I{d}_{t}[x], at = cnt[j]++ * {no} + j;",
                             f"gx[at] = x; gw[at] = W{d}_{t}[x];")
-    cw.line("free(cnt);", "if (fail) fast = 0;")
+    cw.line("free(cnt);")
 
 
 def _plane_path(k: Kernel, an: Anchored, lead: int) -> None:

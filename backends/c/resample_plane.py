@@ -9,12 +9,18 @@ adds ``f32(w_rows * GW[kk][j]) * G[kk][j]`` to its output row for kk = 0..K-1: c
 vectorizable loops that add each output element's terms in canonical order (see
 ``resample``). Weight-0 terms add +-0 to a sum that is never -0, which changes no bit while
 dY is finite (checked on the sums, see ``_write_plane``).
+
+The baked tables are sized by the plane's dims, so they are kept within fixed budgets
+(``MAX_BAKED_COORDS``, ``MAX_BAKED_GATHER``): ``plan_static_plane`` returns None beyond them
+(or for a symbolic plane dim) and the caller emits the run-time tap path instead, which computes
+the same sums in the same order from tables filled at run time.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -29,6 +35,31 @@ from gradc.backends.c.writer import CWriter
 LANES = 16
 Run = tuple[int, int, int, list[int]]  # columns ja..jb where gx[kk][j] == a * j + b[kk]
 
+# Budgets of the baked tables (beyond them: the run-time tap path, same results).
+# A plane axis bakes two taps (int32 index + float weight) per dY coordinate, and the last
+# axis' output columns each hold a gather list: 2**16 coordinates per axis covers every image
+# or feature-map axis in practice (8K video is 2**13) while an axis' tables stay around 1 MiB
+# of initializers (a few MB of C text: bounded cc time and memory).
+MAX_BAKED_COORDS = 1 << 16
+# The gather table is K x (padded output width), K = the most dY columns feeding one output
+# column: about 2-4 x the width for ordinary scales, but up to (dY width) x (output width) when
+# many dY columns land on few output columns (a huge scale); 2**18 entries (the 2x-linear table
+# of a 2**16-wide axis) keeps GW/GP/GS within about 3 MiB of C text.
+MAX_BAKED_GATHER = 1 << 18
+
+
+@dataclass(frozen=True)
+class StaticPlane:
+    """The baked tables of one static plane path (see ``plan_static_plane``)."""
+
+    ys: list[int]  # dY sizes of the plane axes (0 for the leading axes)
+    os_: list[int]  # result sizes of the plane axes (0 for the leading axes)
+    row_taps: dict[int, list[tuple[np.ndarray, np.ndarray]]]
+    gx: np.ndarray
+    gw: np.ndarray
+    kcount: int
+    run: Run | None
+
 
 def _taps(attrs, d: int, ncoord: int, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
     return axis_taps(ncoord, n, attrs["scales"][d], attrs["input_pixel_offsets"][d],
@@ -36,49 +67,66 @@ def _taps(attrs, d: int, ncoord: int, n: int) -> list[tuple[np.ndarray, np.ndarr
                      attrs["rounding_direction"])
 
 
-def _gather_tables(taps, ny: int, no: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """(GX, GW, K): per output column, its (dY column, weight != 0) pairs in canonical order."""
-    lists: list[list[tuple[int, float]]] = [[] for _ in range(no)]
-    for x in range(ny):
-        for idx, w in taps:
-            if w[x] != 0:
-                lists[int(idx[x])].append((x, w[x]))
-    k = max(1, max(len(c) for c in lists))
+def _gather_tables(taps, ny: int, no: int) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """(GX, GW, K): per output column, its (dY column, weight != 0) pairs in canonical order.
+
+    None when the table (K x padded width) would exceed ``MAX_BAKED_GATHER``: K is counted
+    first, so nothing larger than the budget is built.
+    """
+    counts = np.zeros(no, np.int64)
+    for idx, w in taps:
+        counts += np.bincount(idx[w != 0], minlength=no)
+    k = max(1, int(counts.max()))
     owp = -(-no // LANES) * LANES
+    if k * owp > MAX_BAKED_GATHER:
+        return None
+    # every (dY column x, tap) with weight != 0, in canonical order (x, then tap), ...
+    xs = np.repeat(np.arange(ny, dtype=np.int64), len(taps))
+    js = np.stack([idx for idx, _ in taps], axis=1).reshape(-1)
+    ws = np.stack([w for _, w in taps], axis=1).reshape(-1)
+    keep = ws != 0
+    xs, js, ws = xs[keep], js[keep], ws[keep]
+    # ... then per output column j, numbered kk = 0, 1, ... in that order
+    order = np.argsort(js, kind="stable")
+    first = np.searchsorted(js[order], js[order])
+    kk = np.empty_like(order)
+    kk[order] = np.arange(order.size) - first
     gx = np.zeros((k, owp), np.int64)
     gw = np.zeros((k, owp), np.float32)
-    for j, c in enumerate(lists):
-        for kk, (x, w) in enumerate(c):
-            gx[kk, j], gw[kk, j] = x, w
+    gx[kk, js], gw[kk, js] = xs, ws
     return gx, gw, k
 
 
 def _affine_run(gx: np.ndarray, full: np.ndarray) -> Run | None:
-    """The longest run (>= 8) of full columns where every ``gx[kk][j] == a * j + b[kk]``."""
+    """The longest run (>= 8) of full columns where every ``gx[kk][j] == a * j + b[kk]``.
+
+    Ties go to the smallest (a, b), then to the first run. Linear in the table: two adjacent
+    full columns j, j+1 that both fit (a, b) determine it (a: the step of row 0 from j to j+1;
+    b: column j minus a * j), so the runs of (a, b) are the stretches of adjacent pairs that
+    determine the same (a, b), each extended by the column after it when that column fits
+    (a, b) in every row.
+    """
     n = gx.shape[1]
-    cols = np.arange(n)
-    candidates = {(int(gx[0, j + 1] - gx[0, j]), tuple(int(v) for v in gx[:, j] - (
-        gx[0, j + 1] - gx[0, j]) * j)) for j in range(n - 1) if full[j] and full[j + 1]}
-    best = None
-    for a, b in sorted(candidates):
-        hit = full & np.all(gx == a * cols[None, :] + np.array(b)[:, None], axis=0)
-        run = _longest(hit)
-        if run and run[1] - run[0] + 1 >= 8 and (best is None or
-                                                  run[1] - run[0] > best[1] - best[0]):
-            best = (run[0], run[1], a, list(b))
-    return best
-
-
-def _longest(mask: np.ndarray) -> tuple[int, int] | None:
-    best, start = None, None
-    for j, m in enumerate(list(mask) + [False]):
-        if m and start is None:
-            start = j
-        elif not m and start is not None:
-            if best is None or j - 1 - start > best[1] - best[0]:
-                best = (start, j - 1)
-            start = None
-    return best
+    if n < 2:
+        return None
+    step = gx[0, 1:] - gx[0, :-1]
+    base = gx[:, :-1] - step * np.arange(n - 1)
+    pairs = full[:-1] & full[1:]
+    same = pairs[:-1] & pairs[1:] & (step[:-1] == step[1:]) & np.all(base[:, :-1] == base[:, 1:],
+                                                                    axis=0)
+    starts = np.flatnonzero(pairs & ~np.concatenate(([False], same)))
+    ends = np.flatnonzero(pairs & ~np.concatenate((same, [False])))
+    best: tuple[int, tuple[int, tuple[int, ...]], int] | None = None  # (-length, (a, b), start)
+    for j0, j1 in zip(starts.tolist(), ends.tolist()):
+        a = int(step[j0])
+        b = base[:, j0]
+        last = j1 + 1 if np.all(gx[:, j1 + 1] == a * (j1 + 1) + b) else j1
+        key = (j0 - last - 1, (a, tuple(int(v) for v in b)), j0)
+        if last - j0 + 1 >= 8 and (best is None or key < best):
+            best = key
+    if best is None:
+        return None
+    return best[2], best[2] - best[0] - 1, best[1][0], list(best[1][1])
 
 
 def _c_array(name: str, ty: str, values: np.ndarray) -> str:
@@ -91,32 +139,45 @@ def _c_array(name: str, ty: str, values: np.ndarray) -> str:
     return f"static const {ty} {name}[{values.size}] = {{{items}}};"
 
 
-def _static(d: int | None) -> int:
-    if d is None:
-        raise AssertionError("static_plane_path: a plane axis has a symbolic size")
-    return d
+def plan_static_plane(attrs, ys_dims: Sequence[int | None], os_dims: Sequence[int | None],
+                      lead: int) -> StaticPlane | None:
+    """The baked tables of the plane axes (``lead`` on), or None when a plane dim is symbolic
+    or a table would exceed its budget (the caller then emits the run-time tap path).
+
+    Work and memory here are bounded by the budgets, never by the tensor sizes.
+    """
+    if any(d is None for d in list(ys_dims[lead:]) + list(os_dims[lead:])):
+        return None
+    # sizes of the plane axes (static); the leading axes are never read here: 0
+    ys = [0] * lead + [int(d) for d in ys_dims[lead:]]  # type: ignore[arg-type]
+    os_ = [0] * lead + [int(d) for d in os_dims[lead:]]  # type: ignore[arg-type]
+    if max(ys[lead:] + [os_[-1]]) > MAX_BAKED_COORDS:
+        return None
+    r = len(ys)
+    rows = list(range(lead, r - 1))
+    tables = _gather_tables(_taps(attrs, r - 1, ys[-1], os_[-1]), ys[-1], os_[-1])
+    if tables is None:
+        return None
+    gx, gw, kcount = tables
+    full = np.zeros(gx.shape[1], bool)
+    full[:os_[-1]] = np.all(gw[:, :os_[-1]] != 0, axis=0)
+    row_taps = {d: _taps(attrs, d, ys[d], os_[d]) for d in rows}
+    return StaticPlane(ys, os_, row_taps, gx, gw, kcount, _affine_run(gx, full))
 
 
-def static_plane_path(k: Kernel, an: Anchored, lead: int) -> None:
-    """Emit the plane path with baked taps (every dim of the plane axes is static)."""
+def static_plane_path(k: Kernel, an: Anchored, lead: int, plan: StaticPlane) -> None:
+    """Emit the plane path with baked taps (``plan``: from ``plan_static_plane``)."""
     dims = k.dims
     cw = k.code
-    dy, res = an.operand(0), an.result
-    # sizes of the plane axes (static); the leading axes are never read here: 0
-    ys = [0] * lead + [_static(dims.static(d)) for d in dy.type.shape[lead:]]
-    os_ = [0] * lead + [_static(dims.static(d)) for d in res.type.shape[lead:]]
+    dy = an.operand(0)
+    ys, os_ = plan.ys, plan.os_
     r = len(ys)
-    a = an.anchor.attrs
     t = ctype(dy.type.dtype)
     acc = t.acc
     rows = list(range(lead, r - 1))
-    row_taps = {d: _taps(a, d, ys[d], os_[d]) for d in rows}
-    gx, gw, kcount = _gather_tables(_taps(a, r - 1, ys[-1], os_[-1]), ys[-1], os_[-1])
+    row_taps = plan.row_taps
+    gx, gw, kcount, run = plan.gx, plan.gw, plan.kcount, plan.run
     owp = gx.shape[1]
-    full = np.zeros(owp, bool)
-    for j in range(os_[-1]):
-        full[j] = bool(np.all(gw[:, j] != 0))
-    run = _affine_run(gx, full)
     for d in rows:
         idx = np.stack([ti for ti, _ in row_taps[d]])
         wts = np.stack([tw for _, tw in row_taps[d]])

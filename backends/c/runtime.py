@@ -51,7 +51,9 @@ class CRunner:
             *[a.ctypes.data for a in ins + outs])
         rc = self.fn(sym.ctypes.data, ptrs, self.threads)
         if rc != 0:
-            raise GradcError("c target: out of memory while running the compiled graph")
+            # A kernel's scratch allocation failed: the Executable reports it as a ResourceError
+            # naming the graph's largest value and its bytes.
+            raise MemoryError("c target: a kernel could not allocate its scratch memory")
         return {v.name: a for v, a in zip(self.outputs, outs)}
 
 

@@ -177,44 +177,52 @@ class ExprGen:
         self.names: dict[Value, str] = {}
 
     def get(self, v: Value) -> str:
-        """The C variable holding ``v`` at the current element (emitting what it needs)."""
-        if v in self.fixed:
-            return self.fixed[v]
-        if v in self.names:
-            return self.names[v]
-        t = ctype(v.type.dtype)
-        if v in self.loads:
-            ptr, offset = self.loads[v]
-            self.read.add(ptr)
-            expr = f"{ptr}[{offset(v)}]"
-        else:
-            node = v.producer
+        """The C variable holding ``v`` at the current element (emitting what it needs).
+
+        Operands are emitted before their users, depth first in operand order, with an explicit
+        stack: a fused chain of any length needs no Python recursion.
+        """
+        stack: list[tuple[Value, bool]] = [(v, False)]
+        while stack:
+            u, ready = stack.pop()
+            if u in self.fixed or u in self.names:
+                continue
+            if u in self.loads:
+                ptr, offset = self.loads[u]
+                self.read.add(ptr)
+                self._emit(u, f"{ptr}[{offset(u)}]")
+                continue
+            node = u.producer
             if node is None or node.op not in SCALAR:
                 raise UnsupportedError(f"c target: {node.op if node else 'input'}: expected an "
                                        "elementwise op inside an elementwise loop")
-            args = {id(x): self.get(x) for x in value_operands(node)}
-            expr = SCALAR[node.op](node, [args.get(id(x), "0") for x in node.inputs])
+            if not ready:
+                stack.append((u, True))
+                stack.extend((x, False) for x in reversed(value_operands(node)))
+                continue
+            args = {id(x): self.fixed.get(x) or self.names[x] for x in value_operands(node)}
+            self._emit(u, SCALAR[node.op](node, [args.get(id(x), "0") for x in node.inputs]))
+        return self.fixed.get(v) or self.names[v]
+
+    def _emit(self, v: Value, expr: str) -> None:
         name = f"{self.prefix}{len(self.names)}"
         self.names[v] = name
-        self.lines.append(f"const {t.store} {name} = {expr};")
-        return name
+        self.lines.append(f"const {ctype(v.type.dtype).store} {name} = {expr};")
 
 
 def needed_inputs(outputs: list[Value], stop: set[Value]) -> list[Value]:
-    """Values in ``stop`` (or without producer) reached from ``outputs`` through used operands."""
+    """Values in ``stop`` (or without producer) reached from ``outputs`` through used operands,
+    in depth-first order (an explicit stack: no recursion limit on the length of a chain)."""
     seen: set[int] = set()
     found: list[Value] = []
-
-    def visit(v: Value) -> None:
+    stack = list(reversed(outputs))
+    while stack:
+        v = stack.pop()
         if id(v) in seen:
-            return
+            continue
         seen.add(id(v))
         if v in stop or v.producer is None:
             found.append(v)
-            return
-        for x in value_operands(v.producer):
-            visit(x)
-
-    for v in outputs:
-        visit(v)
+            continue
+        stack.extend(reversed(value_operands(v.producer)))
     return found

@@ -77,7 +77,8 @@ class CTarget:
         cc = cc if cc is not None else os.environ.get("CC", "cc")
         cache_dir = cache_dir if cache_dir is not None else default_cache_dir()
         program = generate(graph, shapes)
-        lib = compile_library(program.source, cc, cache_dir, openmp=openmp)
+        lib = compile_library(program.source, cc, cache_dir, openmp=openmp,
+                              name=graph.name)
         runner = CRunner(lib, program.symbols, program.inputs, program.outputs, threads)
         return Lowered(runner, source=program.source, contiguous=True)
 

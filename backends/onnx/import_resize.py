@@ -1,7 +1,11 @@
 """The ONNX Resize converter (opset 11 and later, SPEC.md §7.5).
 
-Scales, offsets and sizes are computed exactly (``fractions.Fraction``) and rounded once to
-float32, so the fields do not depend on the order of the arithmetic.
+Scales, offsets and sizes are computed exactly (``fractions.Fraction``, Python ints) and rounded
+once to float32, so the fields do not depend on the order of the arithmetic and nothing wraps
+or overflows. Every constant is checked before use: a scale must be finite and > 0 after
+float32 rounding, a size in 1..2**63-1, the result within gradc's 2**62-byte limit, and a
+computed field must fit float32; each error names the input and axis (the importer adds the
+node).
 
 Decision beyond SPEC.md's table: ``tf_crop_and_resize`` on an axis whose roi is [0, 1] and whose
 output size is 1 samples the centre ``(in-1)/2``, as ONNX defines it (scale 1, input pixel offset
@@ -10,6 +14,8 @@ output size is 1 samples the centre ``(in-1)/2``, as ONNX defines it (scale 1, i
 
 from __future__ import annotations
 
+import math
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any, Sequence
 
@@ -19,12 +25,14 @@ from gradc.errors import UnsupportedError, VerifyError
 from gradc.ir import builders as ops
 from gradc.ir.ops.common import RESAMPLE_DTYPES
 from gradc.ir.ops.resample import default_size
+from gradc.ir.types import MAX_BYTES, MAX_DIM, DType, byte_size, fmt_bytes
 from gradc.backends.onnx.import_node import (
     Context, OnnxNode, Produced, converter, float_list, int_list, normalize_axes,
     require_dtype, require_rank,
 )
 
 HUGE = Fraction(float(np.finfo(np.float32).max))  # 3.4028235e38: maps every coordinate to ~0
+F32_INF = HUGE + Fraction(2) ** 103  # from here on float32 rounding gives inf (ties to even)
 HALF = Fraction(1, 2)
 MODES = ("nearest", "linear")
 COORDINATE_MODES = ("half_pixel", "pytorch_half_pixel", "asymmetric", "tf_half_pixel_for_nn",
@@ -37,7 +45,12 @@ Dim = int | str
 
 
 def f32(q: Fraction) -> float:
-    """``q`` rounded once to the nearest float32 (ties to even), as a Python float."""
+    """``q`` rounded once to the nearest float32 (ties to even), as a Python float.
+
+    Beyond float32's range the result is +-inf (never an OverflowError, however large q is).
+    """
+    if abs(q) >= F32_INF:
+        return math.inf if q > 0 else -math.inf
     with np.errstate(over="ignore"):
         f = np.float32(float(q))
         cands = [c for c in (np.nextafter(f, np.float32(-np.inf)), f,
@@ -114,13 +127,22 @@ def _scales_or_sizes(n: OnnxNode, ctx: Context, count: int
     return scales, sizes
 
 
+def _scale32(s: float) -> float:
+    """A scale rounded once to float32 (+-inf beyond its range), as gradc stores it."""
+    return f32(Fraction(s)) if math.isfinite(s) else s
+
+
 def _resolve(n_in: Dim, k: int, scales: list[float] | None,
              sizes: list[int] | None) -> tuple[Fraction, Dim]:
     """SPEC.md §7.5: the scale S and output size of a listed axis."""
     if scales is not None:
         s = scales[k]
-        if not (np.isfinite(s) and s > 0):
+        if not (math.isfinite(s) and s > 0):
             raise VerifyError(f"input scales[{k}]: expected a finite scale > 0, got {s}")
+        s32 = _scale32(s)
+        if not (math.isfinite(s32) and s32 > 0):
+            raise VerifyError(f"input scales[{k}]: expected a finite scale > 0 after float32 "
+                              f"rounding, got {s} (rounds to {s32})")
         if isinstance(n_in, str):
             if s != 1.0:
                 raise UnsupportedError(f"input scales[{k}]: the axis has the symbolic size "
@@ -130,15 +152,45 @@ def _resolve(n_in: Dim, k: int, scales: list[float] | None,
         if out < 1:
             raise VerifyError(f"input scales[{k}]: expected a scale giving an output size >= 1 "
                               f"for size {n_in}, got {s}")
+        if out > MAX_DIM:
+            raise VerifyError(f"input scales[{k}]: expected a scale giving an output size <= "
+                              f"2**63 - 1 for size {n_in}, got {s} (size {out})")
         return Fraction(s), out
     m = sizes[k]  # type: ignore[index]
     if m < 1:
         raise (UnsupportedError if m == 0 else VerifyError)(
             f"input sizes[{k}]: expected a size >= 1, got {m}")
+    if m > MAX_DIM:
+        raise VerifyError(f"input sizes[{k}]: expected a size <= 2**63 - 1, got {m}")
     if isinstance(n_in, str):
         raise UnsupportedError(f"input sizes[{k}]: the axis has the symbolic size {n_in!r} "
                                "(sizes needs a static input size)")
     return Fraction(m, n_in), m
+
+
+def _show(q: Fraction) -> str:
+    """A fraction for messages, however large or small (``float`` overflows beyond 1.8e308)."""
+    return f"{Decimal(q.numerator) / Decimal(q.denominator):.6g}"
+
+
+def _check_fields(fields: Sequence[tuple[Fraction, Fraction, Fraction]], coord: str,
+                  given: str) -> list[tuple[float, float, float]]:
+    """The fields rounded to float32; UnsupportedError for one that float32 cannot hold (a
+    scale beyond 3.4e38 or below its smallest value, from a tiny roi or extreme sizes)."""
+    out = []
+    source = "roi" if coord == "tf_crop_and_resize" else given
+    for a, (s, ipo, opo) in enumerate(fields):
+        v = (f32(s), f32(ipo), f32(opo))
+        if not (math.isfinite(v[0]) and v[0] > 0):
+            raise UnsupportedError(f"input {source}: axis {a} needs the scale {_show(s)} "
+                                   f"({coord}), which is not a finite float32 > 0 (gradc's "
+                                   "resample takes float32 scales)")
+        for name, q, f in (("input", ipo, v[1]), ("output", opo, v[2])):
+            if not math.isfinite(f):
+                raise UnsupportedError(f"input {source}: axis {a} needs the {name} pixel offset "
+                                       f"{_show(q)} ({coord}), beyond float32")
+        out.append(v)
+    return out
 
 
 def _crop(n_in: Dim, out: Dim, start: Fraction, end: Fraction,
@@ -215,8 +267,14 @@ def _resize(n: OnnxNode, ctx: Context) -> list[Produced]:
             _resolve(shape[a], axes.index(a), scales, sizes)
         fields.append(coordinate_fields(coord, shape[a], out, s, rois[a], a))
         outs.append(out)
+    given = "scales" if scales is not None else "sizes"
+    nbytes = byte_size(outs, x.type.dtype)
+    if nbytes > MAX_BYTES:
+        raise VerifyError(f"input {given}: the output {DType.of(x.type.dtype).value}{outs} would "
+                          f"hold {fmt_bytes(nbytes)}, more than the 2**62 bytes a tensor may hold")
     rounding, shift = NEAREST_MODES[nearest] if mode == "nearest" else ("decreasing", 0)
+    rounded = _check_fields([(f[0], f[1] + shift, f[2]) for f in fields], coord, given)
     return [ops.resample(
-        x, [f32(f[0]) for f in fields], mode, rounding,
-        input_pixel_offsets=[f32(f[1] + shift) for f in fields],
-        output_pixel_offsets=[f32(f[2]) for f in fields], output_sizes=outs)]
+        x, [f[0] for f in rounded], mode, rounding,
+        input_pixel_offsets=[f[1] for f in rounded],
+        output_pixel_offsets=[f[2] for f in rounded], output_sizes=outs)]

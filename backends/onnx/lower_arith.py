@@ -236,7 +236,7 @@ def lower_slice(gb: OnnxGraphBuilder, node: Node, args: Sequence[Tensor]) -> lis
     (x,) = args
     a = node.attrs
     spec: list[tuple[int, int, int, int]] = []
-    gathers: list[tuple[int, list[int]]] = []
+    gathers: list[tuple[int, int, int]] = []  # (axis, offset, count) of stride-0 axes
     shape = list(x.shape)
     for i, (off, size, st, n) in enumerate(zip(a["input_window_offsets"], a["input_window_sizes"],
                                                a["input_window_strides"], a["output_sizes"])):
@@ -246,7 +246,7 @@ def lower_slice(gb: OnnxGraphBuilder, node: Node, args: Sequence[Tensor]) -> lis
             continue
         shape[i] = n
         if st == 0:
-            gathers.append((i, [off] * n))
+            gathers.append((i, off, n))
             continue
         s = _start(off, size, st)
         if st == 1 and s == 0 and n == x.shape[i]:
@@ -257,10 +257,9 @@ def lower_slice(gb: OnnxGraphBuilder, node: Node, args: Sequence[Tensor]) -> lis
     if spec:
         axes, starts, ends, steps = (gb.ints(c) for c in zip(*spec))
         y = gb.op("Slice", [y, starts, ends, axes, steps], x.dtype, _after(x.shape, shape, spec))
-    for i, idx in gathers:
-        out = list(y.shape)
-        out[i] = len(idx)
-        y = gb.op("Gather", [y, gb.ints(idx)], x.dtype, out, axis=i)
+    for i, off, n in gathers:  # one element, repeated n times (no n-long index table)
+        one = gb.op("Gather", [y, gb.ints([off])], x.dtype, _with(y.shape, i, 1), axis=i)
+        y = gb.expand(one, _with(y.shape, i, n))
     return [y]
 
 
@@ -296,13 +295,35 @@ def lower_slice_grad(gb: OnnxGraphBuilder, node: Node, args: Sequence[Tensor]) -
             if len(parts) > 1:
                 y = gb.op("Concat", parts, y.dtype, _with(y.shape, i, n), axis=i)
             continue
-        idx = [k] * n  # position k is the appended zero
-        for c in range(k):
-            idx[s + st * c] = c
         zero = _zeros(gb, y, i, 1)
+        idx = _scatter_index(gb, k, n, s, st)
         y = gb.op("Concat", [y, zero], y.dtype, _with(y.shape, i, k + 1), axis=i)
-        y = gb.op("Gather", [y, gb.ints(idx)], y.dtype, _with(y.shape, i, n), axis=i)
+        y = gb.op("Gather", [y, idx], y.dtype, _with(y.shape, i, n), axis=i)
     return [y]
+
+
+INDEX_TABLE_LIMIT = 1 << 16  # index tables up to this length are constants of the model
+
+
+def _scatter_index(gb: OnnxGraphBuilder, k: int, n: int, s: int, st: int) -> Tensor:
+    """For output positions j < n: c where ``j == s + st * c`` (0 <= c < k), else k.
+
+    A constant table when short; longer ones are computed by onnxruntime (Range, Div, Mod,
+    Where), so the export's time and the model's size do not grow with the tensor.
+    """
+    if n <= INDEX_TABLE_LIMIT:
+        idx = np.full(n, k, np.int64)
+        idx[s + st * np.arange(k, dtype=np.int64)] = np.arange(k, dtype=np.int64)
+        return gb.ints(idx.tolist())
+    i64 = DType.int64
+    j = gb.op("Range", [gb.scalar(0, i64), gb.scalar(n, i64), gb.scalar(1, i64)], i64, (n,))
+    t = gb.binary("Sub", j, gb.scalar(s, i64))
+    c = gb.binary("Div", t, gb.scalar(st, i64))  # exact where st divides t
+    hit = gb.binary("Equal", gb.binary("Mul", c, gb.scalar(st, i64)), t, DType.bool)
+    inside = gb.binary("And", gb.binary("GreaterOrEqual", c, gb.scalar(0, i64), DType.bool),
+                       gb.binary("Less", c, gb.scalar(k, i64), DType.bool), DType.bool)
+    keep = gb.binary("And", hit, inside, DType.bool)
+    return gb.op("Where", [keep, c, gb.scalar(k, i64)], i64, (n,))
 
 
 def _with(shape: Sequence, axis: int, n: Any) -> tuple:

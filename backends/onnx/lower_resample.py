@@ -1,10 +1,14 @@
 """ONNX lowering of resample and resample_grad (SPEC.md §6).
 
-The float32 taps of every static axis are computed at export time with the reference's own
-``axis_taps`` (ir/ops/resample.py) and stored as small per-axis index and weight vectors. A
-symbolic axis (scale 1, SPEC §1.4) gets its taps from the same float32 formula evaluated by
-onnxruntime (``Range``, ``Sub``, ``Floor``/``Ceil``, ``Max``/``Min``: IEEE operations that round
-exactly like NumPy), except when the map is provably the identity.
+The float32 taps of a static axis of at most ``MAX_FOLDED_COORDS`` coordinates are computed at
+export time with the reference's own ``axis_taps`` (ir/ops/resample.py) and stored as small
+per-axis index and weight vectors. Any other axis -- symbolic (scale 1, SPEC §1.4) or longer --
+gets its taps from the same float32 formula evaluated by onnxruntime (``Range``, ``Cast``,
+``Sub``, ``Div``, ``Floor``/``Ceil``, ``Max``/``Min``: IEEE operations that round exactly like
+NumPy), so export work and model size are bounded by the graph, not by its tensors' sizes. A
+map that is provably the identity needs no taps: for a static axis the proof holds below
+``EXACT_SHIFT``; a symbolic axis may take any size, so its shortcut sits in the ``then`` branch
+of an ``If`` on ``size < EXACT_SHIFT`` whose ``else`` branch computes the taps.
 
 - nearest ``resample``: one ``Gather`` per axis whose index vector is not the identity (a copy).
 - linear ``resample``: every one of the 2^rank corners, in SPEC's canonical order: gather the
@@ -28,12 +32,20 @@ import numpy as np
 from gradc.backends.onnx.builder import OnnxGraphBuilder, Tensor
 from gradc.ir.core import Node
 from gradc.ir.ops.resample import axis_taps
-from gradc.ir.types import Dim, DType
+from gradc.ir.types import Dim, DType, element_count
 
 F32, I64 = DType.float32, DType.int64
 ACC = {DType.float16: F32, DType.float32: F32, DType.float64: DType.float64,
        DType.int8: F32, DType.uint8: F32}
 FOLD_LIMIT = 1 << 16  # weight products up to this size are folded at export time
+# Taps of a static axis with up to this many coordinates are computed at export time and
+# stored (at most 2 x (8-byte index + 4-byte weight) x 2**16 = 1.5 MiB per axis); a longer
+# axis computes them in the model at run time (exact too), so export never builds tables as
+# large as a tensor (an axis of 2**31 would otherwise need 8 GiB for its coordinates alone).
+MAX_FOLDED_COORDS = 1 << 16
+# Offsets that are multiples of 1/4 and at most 1024 make ``f32(f32(o - opo) - ipo)`` exact for
+# every coordinate o below this (see ``_shift``).
+EXACT_SHIFT = 1 << 21
 
 
 @dataclass(frozen=True)
@@ -53,27 +65,36 @@ def _static_taps(n_coords: int, n: int, f: tuple) -> list[Tap]:
 
 
 def _shift(ipo: float, opo: float) -> float | None:
-    """c with coordinate(o) == o + c exactly, when provable for every o < 2^21.
+    """c with coordinate(o) == o + c exactly, when provable for every o < EXACT_SHIFT (2^21).
 
     Offsets that are multiples of 1/4 and at most 1024 make ``f32(f32(o - opo) - ipo)`` exact
-    below 2^21, so a symbolic axis shorter than that (2 million) needs no runtime taps.
+    below 2^21, so an axis shorter than that (2 million) needs no runtime taps.
     """
     if all((4 * v).is_integer() and abs(v) <= 1024 for v in (ipo, opo)):
         return -opo - ipo
     return None
 
 
-def _symbolic_taps(gb: OnnxGraphBuilder, n: str, f: tuple) -> list[Tap]:
+def _shortcut(gb: OnnxGraphBuilder | None, n: Dim, f: tuple) -> list[Tap] | None:
+    """The taps of an axis of n coordinates over size n whose map is the identity (or, for
+    linear, the identity plus a weight-0 tap) for every coordinate below ``EXACT_SHIFT``; None
+    when the map is not of that kind. Only exact for n <= EXACT_SHIFT (the caller's check).
+    Without ``gb`` only says whether there is a shortcut."""
     scale, ipo, opo, mode, rounding = f
     c = _shift(ipo, opo) if scale == 1.0 else None
-    if mode == "nearest" and c is not None:
+    if c is None:
+        return None
+    if mode == "nearest":
         if (rounding == "decreasing" and 0 <= c < 1) or (rounding == "increasing" and -1 < c <= 0):
             return [Tap(None, None)]
-    if mode == "linear" and c == 0:
-        last = gb.binary("Sub", gb.scalar_dim(n), gb.scalar(1, I64))
-        up = gb.binary("Min", gb.binary("Add", _range(gb, n), gb.scalar(1, I64)), last)
-        return [Tap(None, None), Tap(up, np.zeros((), np.float32))]
-    return _runtime_taps(gb, n, f)
+        return None
+    if c != 0:
+        return None
+    if gb is None:
+        return []
+    last = gb.binary("Sub", gb.scalar_dim(n), gb.scalar(1, I64))
+    up = gb.binary("Min", gb.binary("Add", _range(gb, n), gb.scalar(1, I64)), last)
+    return [Tap(None, None), Tap(up, np.zeros((), np.float32))]
 
 
 def _range(gb: OnnxGraphBuilder, n: Dim) -> Tensor:
@@ -81,39 +102,79 @@ def _range(gb: OnnxGraphBuilder, n: Dim) -> Tensor:
     return gb.op("Range", [zero, gb.scalar_dim(n), one], I64, (n,))
 
 
-def _runtime_taps(gb: OnnxGraphBuilder, n: str, f: tuple) -> list[Tap]:
-    """SPEC §6.1 evaluated by onnxruntime in float32 for an axis of symbolic size n."""
+def _runtime_taps(gb: OnnxGraphBuilder, nc: Dim, n: Dim, f: tuple) -> list[Tap]:
+    """SPEC §6.1 evaluated by onnxruntime in float32: nc coordinates over an axis of size n.
+
+    ``Cast`` rounds each int64 coordinate to the nearest float32, as ``axis_taps`` does. The
+    float32 clamp to ``f32(n - 1)`` may round up to n above 2^24, so where n may be that large
+    the indices are clamped once more as integers (as ``resample.coord_taps`` does).
+    """
     scale, ipo, opo, mode, rounding = f
-    o = gb.cast(_range(gb, n), F32)
+    o = gb.cast(_range(gb, nc), F32)
     t = gb.binary("Sub", o, gb.scalar(opo, F32))
     if scale != 1.0:
         t = gb.binary("Div", t, gb.scalar(scale, F32))
     x = gb.binary("Sub", t, gb.scalar(ipo, F32))
-    last = gb.cast(gb.binary("Sub", gb.scalar_dim(n), gb.scalar(1, I64)), F32)
+    last_i = gb.binary("Sub", gb.scalar_dim(n), gb.scalar(1, I64))
+    last = gb.cast(last_i, F32)
     zero = gb.scalar(0, F32)
+    big = not isinstance(n, int) or n > 1 << 24
+
+    def index(v: Tensor) -> Tensor:
+        i = gb.cast(v, I64)
+        return gb.binary("Min", i, last_i) if big else i
+
     if mode == "nearest":
         r = gb.op("Floor" if rounding == "decreasing" else "Ceil", [x], F32, x.shape)
         r = gb.binary("Min", gb.binary("Max", r, zero), last)
-        return [Tap(gb.cast(r, I64), None)]
+        return [Tap(index(r), None)]
     xc = gb.binary("Min", gb.binary("Max", x, zero), last)
     i0f = gb.op("Floor", [xc], F32, xc.shape)
     frac = gb.binary("Sub", xc, i0f)
-    i0 = gb.cast(i0f, I64)
-    i1 = gb.binary("Min", gb.binary("Add", i0, gb.scalar(1, I64)), gb.cast(last, I64))
+    i0 = index(i0f)
+    i1 = gb.binary("Min", gb.binary("Add", i0, gb.scalar(1, I64)), last_i)
     return [Tap(i0, gb.binary("Sub", gb.scalar(1, F32), frac)), Tap(i1, frac)]
 
 
-def _taps(gb: OnnxGraphBuilder, attrs: dict, coords: Sequence[Dim],
-          sizes: Sequence[Dim]) -> list[list[Tap]]:
+def _fields(attrs: dict, d: int) -> tuple:
+    return (attrs["scales"][d], attrs["input_pixel_offsets"][d], attrs["output_pixel_offsets"][d],
+            attrs["interpolation_mode"], attrs["rounding_direction"])
+
+
+def _taps(gb: OnnxGraphBuilder, attrs: dict, coords: Sequence[Dim], sizes: Sequence[Dim],
+          trust: bool = False) -> list[list[Tap]]:
+    """Per axis, its taps: stored when small and static, else computed by the model.
+
+    ``trust``: take the identity shortcut on symbolic axes (only inside the branch of the
+    ``If`` that ``_guarded`` builds, where every such axis is below ``EXACT_SHIFT``).
+    """
     out = []
     for d, (nc, n) in enumerate(zip(coords, sizes)):
-        f = (attrs["scales"][d], attrs["input_pixel_offsets"][d], attrs["output_pixel_offsets"][d],
-             attrs["interpolation_mode"], attrs["rounding_direction"])
-        if isinstance(nc, int) and isinstance(n, int):
+        f = _fields(attrs, d)
+        if isinstance(nc, int) and isinstance(n, int) and nc <= MAX_FOLDED_COORDS:
             out.append(_static_taps(nc, n, f))
-        else:
-            out.append(_symbolic_taps(gb, str(n), (f[0], f[1], f[2], f[3], f[4])))
+            continue
+        short = None
+        if nc == n and (trust if isinstance(n, str) else n <= EXACT_SHIFT):
+            short = _shortcut(gb, n, f)
+        out.append(short if short is not None else _runtime_taps(gb, nc, n, f))
     return out
+
+
+def _guarded(gb: OnnxGraphBuilder, attrs: dict, coords: Sequence[Dim], sizes: Sequence[Dim],
+             build: Callable[[bool], Tensor], dtype: DType, shape: Sequence[Dim]) -> Tensor:
+    """``build(trust)``; where a symbolic axis has a shortcut (exact only below
+    ``EXACT_SHIFT``), ``If(every such size < EXACT_SHIFT, build(True), build(False))``."""
+    syms = [n for d, (nc, n) in enumerate(zip(coords, sizes))
+            if isinstance(n, str) and nc == n and _shortcut(None, n, _fields(attrs, d)) is not None]
+    if not syms:
+        return build(False)
+    cond: Tensor | None = None
+    for n in dict.fromkeys(syms):
+        c = gb.compare("Less", gb.scalar_dim(n), gb.scalar(EXACT_SHIFT, I64))
+        cond = c if cond is None else gb.binary("And", cond, c, DType.bool)
+    assert cond is not None
+    return gb.if_(cond, lambda: build(True), lambda: build(False), dtype, shape)
 
 
 def _bshape(rank: int, d: int, n: Dim) -> tuple[Dim, ...]:
@@ -138,7 +199,7 @@ def _combine(gb: OnnxGraphBuilder, a: np.ndarray | Tensor | None, b: np.ndarray 
     if a is None:
         return b
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
-        if np.prod(np.broadcast_shapes(a.shape, b.shape)) <= FOLD_LIMIT:
+        if element_count(np.broadcast_shapes(a.shape, b.shape)) <= FOLD_LIMIT:
             with np.errstate(all="ignore"):
                 return (a * b if op == "Mul" else a + b).astype(dtype.numpy)
     return gb.binary(op, _tensor(gb, a, dtype), _tensor(gb, b, dtype))
@@ -190,13 +251,16 @@ def lower_resample(gb: OnnxGraphBuilder, node: Node, args: Sequence[Tensor]) -> 
     (x,) = args
     a = dict(node.attrs)
     out = tuple(node.outputs[0].type.shape)
-    taps = _taps(gb, a, out, x.shape)
-    if a["interpolation_mode"] == "nearest":
-        return [_gather_corner(gb, x, [t[0] for t in taps], out, {}, ())]
-    xa = gb.cast(x, ACC[x.dtype])
-    acc = _fast_path(gb, xa if x.dtype.is_float else x, taps,
-                     lambda ts: _linear_sum(gb, xa, ts, out), out)
-    return [_store(gb, gb.expand(acc, out), x.dtype)]
+
+    def build(trust: bool) -> Tensor:
+        taps = _taps(gb, a, out, x.shape, trust)
+        if a["interpolation_mode"] == "nearest":
+            return _gather_corner(gb, x, [t[0] for t in taps], out, {}, ())
+        xa = gb.cast(x, ACC[x.dtype])
+        acc = _fast_path(gb, xa if x.dtype.is_float else x, taps,
+                         lambda ts: _linear_sum(gb, xa, ts, out), out)
+        return _store(gb, gb.expand(acc, out), x.dtype)
+    return [_guarded(gb, a, out, x.shape, build, x.dtype, out)]
 
 
 def _linear_sum(gb: OnnxGraphBuilder, xa: Tensor, taps: list[list[Tap]], out: tuple) -> Tensor:
@@ -251,13 +315,17 @@ def lower_resample_grad(gb: OnnxGraphBuilder, node: Node, args: Sequence[Tensor]
     a = dict(node.attrs)
     out = tuple(a["output_sizes"])
     dims = tuple(dy.shape)
-    taps = _taps(gb, a, dims, out)
-    dya = gb.cast(dy, ACC[dy.dtype])
-    strides = [gb.product(out[d + 1:]) for d in range(len(dims))]
-    total = gb.product(out)
-    res = _fast_path(gb, dya, taps, lambda ts: _scatter(gb, dya, ts, strides, total), ("?",))
-    res = gb.op("Reshape", [res, gb.shape_tensor(out)], dya.dtype, out)
-    return [gb.cast(res, dy.dtype)]
+
+    def build(trust: bool) -> Tensor:
+        taps = _taps(gb, a, dims, out, trust)
+        dya = gb.cast(dy, ACC[dy.dtype])
+        strides = [gb.product(out[d + 1:]) for d in range(len(dims))]
+        total = gb.product(out)
+        res = _fast_path(gb, dya, taps, lambda ts: _scatter(gb, dya, ts, strides, total),
+                         ("?",))
+        res = gb.op("Reshape", [res, gb.shape_tensor(out)], dya.dtype, out)
+        return gb.cast(res, dy.dtype)
+    return [_guarded(gb, a, dims, out, build, dy.dtype, out)]
 
 
 def _scatter(gb: OnnxGraphBuilder, dya: Tensor, taps: list[list[Tap]], strides: list[int | Tensor],
@@ -287,7 +355,9 @@ def _scatter(gb: OnnxGraphBuilder, dya: Tensor, taps: list[list[Tap]], strides: 
 
 
 def _identity(gb: OnnxGraphBuilder, n: Dim) -> np.ndarray | Tensor:
-    return np.arange(n, dtype=np.int64) if isinstance(n, int) else _range(gb, n)
+    if isinstance(n, int) and n <= MAX_FOLDED_COORDS:
+        return np.arange(n, dtype=np.int64)
+    return _range(gb, n)
 
 
 def _stride(s: int | Tensor) -> np.ndarray | Tensor:

@@ -179,20 +179,16 @@ def _fold(gb: OnnxGraphBuilder, node: Node, args: list[Tensor]) -> list[Tensor] 
         return None
     if node.op == "expand":
         like = node.inputs[1].type
-        if not like.is_static or _size(like.shape) > FOLD_LIMIT:
+        if like.size is None or like.size > FOLD_LIMIT:
             return None
         out = [np.broadcast_to(np.asarray(args[0].value), tuple(int(d) for d in like.shape))]
     elif any(t.value is None for t in args) or any(
-            not v.type.is_static or _size(v.type.shape) > FOLD_LIMIT for v in node.outputs):
+            v.type.size is None or v.type.size > FOLD_LIMIT for v in node.outputs):
         return None
     else:
         with np.errstate(all="ignore"):
             out = evaluate_node(node, [np.asarray(t.value) for t in args], {})
     return [gb.const(np.asarray(a), v.type.dtype) for a, v in zip(out, node.outputs)]
-
-
-def _size(shape: tuple) -> int:
-    return int(np.prod([int(d) for d in shape], dtype=np.int64))
 
 
 class OnnxRunner:
@@ -206,7 +202,17 @@ class OnnxRunner:
     def __call__(self, arrays: Mapping[str, np.ndarray],
                  bindings: Mapping[str, int]) -> dict[str, np.ndarray]:
         feeds = {n: np.require(arrays[n], requirements="C") for n in self.inputs}
-        return dict(zip(self.outputs, self.session.run(self.outputs, feeds)))
+        try:
+            return dict(zip(self.outputs, self.session.run(self.outputs, feeds)))
+        except MemoryError:
+            raise
+        except Exception as exc:  # onnxruntime raises its own exception types
+            text = str(exc)
+            if "Failed to allocate memory" in text or "bad_alloc" in text:
+                raise MemoryError(text) from None  # the Executable names the value and bytes
+            raise GradcError(f"onnx target: onnxruntime failed while running the exported "
+                             f"model: {text.splitlines()[0] if text else type(exc).__name__}"
+                             ) from None
 
 
 def session(model: onnx.ModelProto, threads: int | None = None,

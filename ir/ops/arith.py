@@ -26,7 +26,7 @@ import numpy as np
 from gradc.ir.core import Node, Value
 from gradc.ir.ops.registry import (DERIVED, ELEMENTWISE, PURE, Attr, Checker, OpDef, make_node,
                                    register)
-from gradc.ir.types import NUMERIC, Dim, DType, TensorType
+from gradc.ir.types import NUMERIC, Dim, DType, TensorType, element_count
 
 ANY = NUMERIC + (DType.bool,)
 
@@ -315,7 +315,7 @@ class Reshape(OpDef):
         if sym_in != sym_out:
             c.fail("shape", f"the symbols of input.shape {sorted(sym_in.elements())}",
                    sorted(sym_out.elements()))
-        n_in = int(np.prod([d for d in src if not isinstance(d, str)], dtype=np.int64))
+        n_in = element_count(src)
         static = [d for d in shape if not isinstance(d, str)]
         holes = [i for i, d in enumerate(shape) if d == -1]
         for i, d in enumerate(shape):
@@ -323,7 +323,7 @@ class Reshape(OpDef):
                 c.fail(f"shape[{i}]", "an integer >= 1, -1 or a symbol", d)
         if len(holes) > 1:
             c.fail("shape", "at most one -1", shape)
-        known = int(np.prod([d for d in static if d != -1], dtype=np.int64))
+        known = element_count(d for d in static if d != -1)
         if holes:
             if n_in % known:
                 c.fail("shape", f"sizes whose product divides {n_in}", tuple(shape))

@@ -10,7 +10,9 @@ import numpy as np
 
 from gradc.errors import GradcError, VerifyError
 from gradc.ir.core import Graph, Node, Value, current_graph
-from gradc.ir.types import Dim, DType, TensorType
+from gradc.ir.types import MAX_DIM, Dim, DType, TensorType
+
+INT64_MIN, INT64_MAX = -2 ** 63, 2 ** 63 - 1  # every integer attribute is an int64 (as in ONNX)
 
 REGISTRY: dict[str, "OpDef"] = {}
 
@@ -290,6 +292,8 @@ class Checker:
         for i, v in enumerate(vals):
             if not _is_int(v):
                 self.fail(f"{name}[{i}]", "an integer", repr(v))
+            if not INT64_MIN <= int(v) <= INT64_MAX:
+                self.fail(f"{name}[{i}]", "an integer in int64's range", int(v))
             if lo is not None and int(v) < lo:
                 self.fail(f"{name}[{i}]", what or f"an integer >= {lo}", int(v))
         out = tuple(int(v) for v in vals)
@@ -302,6 +306,9 @@ class Checker:
         for i, v in enumerate(vals):
             if not (_is_int(v) or (isinstance(v, str) and v)):
                 self.fail(f"{name}[{i}]", "an integer or a symbol name", repr(v))
+            if _is_int(v) and not -1 <= int(v) <= MAX_DIM:
+                self.fail(f"{name}[{i}]", "an integer in [-1, 2**63 - 1] or a symbol name",
+                          int(v))
         out = tuple(v if isinstance(v, str) else int(v) for v in vals)
         self.attrs[name] = out
         return out

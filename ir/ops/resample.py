@@ -10,7 +10,7 @@ import numpy as np
 from gradc.ir.core import Node, Value
 from gradc.ir.ops.common import RESAMPLE_DTYPES, RESAMPLE_GRAD_DTYPES, acc_dtype, store
 from gradc.ir.ops.registry import DERIVED, PURE, Attr, Checker, OpDef, PerAxis, make_node, register
-from gradc.ir.types import Dim, DType, TensorType
+from gradc.ir.types import MAX_BYTES, MAX_DIM, Dim, DType, TensorType, byte_size, fmt_bytes
 
 MAPPING = (Attr("scales", "floats"), Attr("interpolation_mode", "choice", "nearest"),
            Attr("rounding_direction", "choice", "decreasing"),
@@ -38,18 +38,63 @@ def default_size(n: int, scale: float) -> int:
 
 def axis_taps(n_coords: int, n: int, scale: float, ipo: float, opo: float, mode: str,
               rounding: str) -> list[Tap]:
-    """The taps of one axis for coordinates 0..n_coords-1 over an axis of size n (§6.1)."""
-    o = np.arange(n_coords, dtype=np.float32)
-    with np.errstate(over="ignore", divide="ignore"):
+    """The taps of one axis for coordinates 0..n_coords-1 over an axis of size n (§6.1).
+
+    Work and memory are proportional to ``n_coords``: callers that run at compile time keep it
+    within a budget (``axis_is_identity`` chunks; the C and ONNX targets compute big axes' taps
+    at run time).
+    """
+    return coord_taps(np.arange(n_coords, dtype=np.float32), n, scale, ipo, opo, mode, rounding)
+
+
+def coord_taps(o: np.ndarray, n: int, scale: float, ipo: float, opo: float, mode: str,
+               rounding: str) -> list[Tap]:
+    """``axis_taps`` for the float32 coordinates ``o`` (each an integer rounded to float32).
+
+    Overflow to +-inf (a tiny scale, offsets near the float32 limit) is part of the float32
+    semantics of §6.1, so NumPy is told not to warn about it; the clamps make every index finite.
+    ``hi = f32(n - 1)`` rounds up to ``n`` for some sizes above 2**24; the indices are clamped
+    once more as integers, so they always lie in [0, n-1] (the C and ONNX targets do the same).
+    """
+    hi = np.float32(n - 1)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         x = ((o - np.float32(opo)) / np.float32(scale)) - np.float32(ipo)
-    if mode == "nearest":
-        r = np.floor(x) if rounding == "decreasing" else np.ceil(x)
-        return [(np.clip(r, 0, n - 1).astype(np.int64), np.ones(n_coords, np.float32))]
-    xc = np.minimum(np.maximum(x, np.float32(0)), np.float32(n - 1))
-    i0f = np.floor(xc)
-    f = xc - i0f
-    i0 = i0f.astype(np.int64)
+        if mode == "nearest":
+            r = np.floor(x) if rounding == "decreasing" else np.ceil(x)
+            idx = np.minimum(np.clip(r, np.float32(0), hi).astype(np.int64), n - 1)
+            return [(idx, np.ones(o.shape[0], np.float32))]
+        xc = np.minimum(np.maximum(x, np.float32(0)), hi)
+        i0f = np.floor(xc)
+        f = xc - i0f
+    i0 = np.minimum(i0f.astype(np.int64), n - 1)
     return [(i0, np.float32(1) - f), (np.minimum(i0 + 1, n - 1), f)]
+
+
+IDENTITY_LIMIT = 2 ** 24 + 1  # no axis longer than this has identity taps (see axis_is_identity)
+IDENTITY_CHUNK = 1 << 16  # coordinates checked at once by axis_is_identity
+
+
+def axis_is_identity(n: int, scale: float, ipo: float, opo: float, rounding: str) -> bool:
+    """True if nearest taps (§6.1) map every coordinate of an axis of size n to itself.
+
+    Exactly ``np.array_equal(axis_taps(n, n, ..., "nearest", rounding)[0][0], np.arange(n))``,
+    with bounded work and memory, so passes may call it at compile time on any static size:
+
+    - above ``IDENTITY_LIMIT`` (2**24 + 1) it is never true: the coordinates 2**24 and 2**24 + 1
+      round to the same float32, so they get the same index;
+    - below, the coordinates are checked ``IDENTITY_CHUNK`` at a time, first and last chunk
+      first (where a map that is not the identity usually shows), at most 257 chunks.
+    """
+    if n > IDENTITY_LIMIT:
+        return False
+    starts = list(range(0, n, IDENTITY_CHUNK))
+    for lo in starts[:1] + starts[-1:] + starts[1:-1]:
+        hi = min(n, lo + IDENTITY_CHUNK)
+        want = np.arange(lo, hi, dtype=np.int64)
+        (idx, _), = coord_taps(want.astype(np.float32), n, scale, ipo, opo, "nearest", rounding)
+        if not np.array_equal(idx, want):
+            return False
+    return True
 
 
 def all_taps(attrs: Mapping[str, Any], coords: Sequence[int],
@@ -58,6 +103,22 @@ def all_taps(attrs: Mapping[str, Any], coords: Sequence[int],
     return [axis_taps(coords[d], sizes[d], attrs["scales"][d], attrs["input_pixel_offsets"][d],
                       attrs["output_pixel_offsets"][d], attrs["interpolation_mode"],
                       attrs["rounding_direction"]) for d in range(len(coords))]
+
+
+def _check_bytes(c: Checker, operand: str, out: Sequence[Dim], field: str) -> None:
+    """The result type's size limit (``MAX_BYTES``), reported on the field that sets it."""
+    nbytes = byte_size(out, c.t(operand).dtype)
+    if nbytes > MAX_BYTES:
+        c.fail(field, "a result of at most 2**62 bytes", f"{list(out)}: {fmt_bytes(nbytes)}")
+
+
+def _count(dims: Sequence[int]) -> int:
+    """The product of concrete sizes as an exact Python int (``gradc.ir.types.element_count``
+    for the references, which the NumPy target copies and so may use NumPy and builtins only)."""
+    n = 1
+    for d in dims:
+        n *= int(d)
+    return n
 
 
 def _bshape(rank: int, d: int) -> tuple[int, ...]:
@@ -85,9 +146,14 @@ class Resample(OpDef):
                 default.append(n if s == 1.0 else None)
                 continue
             size = default_size(n, s)
-            if size < 1 and c.raw.get("output_sizes") is None:
-                c.fail(f"scales[{i}]", f"a scale giving an output size >= 1 for size {n}",
-                       np.float32(s))
+            if c.raw.get("output_sizes") is None:
+                if size < 1:
+                    c.fail(f"scales[{i}]", f"a scale giving an output size >= 1 for size {n}",
+                           np.float32(s))
+                if size > MAX_DIM:
+                    c.fail(f"scales[{i}]", f"a scale giving an output size <= 2**63 - 1 for "
+                           f"size {n}", f"{np.float32(s)} (size {size})")
+                size = min(size, MAX_DIM)
             default.append(size)
         out = c.dims("output_sizes", default=tuple(d if d is not None else 1 for d in default))
         if len(out) != rank:
@@ -100,6 +166,8 @@ class Resample(OpDef):
                 c.fail(f"output_sizes[{i}]", "an integer >= 1", repr(o))
             if not isinstance(o, str) and o < 1:
                 c.fail(f"output_sizes[{i}]", "an integer >= 1", o)
+        _check_bytes(c, "input", out, "scales" if c.raw.get("output_sizes") is None
+                     else "output_sizes")
         return [TensorType(c.t("input").dtype, out)]
 
     def reference(self, attrs: Mapping[str, Any], x: np.ndarray) -> list[np.ndarray]:
@@ -110,14 +178,16 @@ class Resample(OpDef):
         a = acc_dtype(x.dtype)
         rank = x.ndim
         acc: np.ndarray | None = None
-        for corner in itertools.product(*taps):  # axis 0 outermost, low tap first
-            w = corner[0][1].reshape(_bshape(rank, 0))
-            for d in range(1, rank):
-                w = w * corner[d][1].reshape(_bshape(rank, d))  # float32, rounded each step
-            term = w.astype(a) * x[np.ix_(*(t[0] for t in corner))].astype(a)
-            acc = term if acc is None else acc + term
-        assert acc is not None  # every axis has at least one tap
-        return [store(x.dtype, np.broadcast_to(acc, out))]
+        # 0 * inf = NaN, overflow to inf and float16 rounding to inf are SPEC'd (§1.6): no warning
+        with np.errstate(invalid="ignore", over="ignore"):
+            for corner in itertools.product(*taps):  # axis 0 outermost, low tap first
+                w = corner[0][1].reshape(_bshape(rank, 0))
+                for d in range(1, rank):
+                    w = w * corner[d][1].reshape(_bshape(rank, d))  # float32, rounded each step
+                term = w.astype(a) * x[np.ix_(*(t[0] for t in corner))].astype(a)
+                acc = term if acc is None else acc + term
+            assert acc is not None  # every axis has at least one tap
+            return [store(x.dtype, np.broadcast_to(acc, out))]
 
     def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
         """y = resample(x, f)  =>  dx = resample_grad(dy, x.shape, f), its exact adjoint."""
@@ -156,20 +226,22 @@ class ResampleGrad(OpDef):
                 if not (o == n and s == 1.0):
                     c.fail(f"output_sizes[{i}]", "static sizes (a symbol needs scale 1.0 and "
                            "the same symbol in input_gradient.shape)", f"{o!r} from {n!r}")
+        _check_bytes(c, "input_gradient", out, "output_sizes")
         return [TensorType(c.t("input_gradient").dtype, out)]
 
     def reference(self, attrs: Mapping[str, Any], dy: np.ndarray) -> list[np.ndarray]:
         out = [dy.shape[i] if isinstance(o, str) else o
                for i, o in enumerate(attrs["output_sizes"])]
         a = acc_dtype(dy.dtype)
+        acc = np.zeros(_count(out), a)  # the result first: nothing before it exceeds dy's size
         taps = all_taps(attrs, dy.shape, out)
         if np.isfinite(dy).all():
             # With a finite dy a weight-0 tap adds +-0 to an accumulator that starts at +0 and
             # can never be -0, so dropping the taps that are 0 on a whole axis changes no bit.
             taps = [[t for t in ts if t[1].any()] or ts[:1] for ts in taps]
-        acc = np.zeros(int(np.prod(out, dtype=np.int64)), a)
         scatter_canonical(acc, dy.astype(a), taps, out)
-        return [acc.reshape(out).astype(dy.dtype)]
+        with np.errstate(over="ignore"):  # float16 rounding to inf is SPEC'd
+            return [acc.reshape(out).astype(dy.dtype, copy=False)]
 
     def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
         """dx = resample_grad(dy, f)  =>  d(dy) = resample(d(dx), f) (it is linear)."""
@@ -188,10 +260,10 @@ def scatter_canonical(acc: np.ndarray, dy: np.ndarray, taps: list[list[Tap]],
     (dy element, tap) in row-major order, and ``np.add.at`` applies them in that order.
     """
     rank = dy.ndim
-    strides = [int(np.prod(out[d + 1:], dtype=np.int64)) for d in range(rank)]
-    ncorner = int(np.prod([len(t) for t in taps]))
+    strides = [_count(out[d + 1:]) for d in range(rank)]
+    ncorner = _count([len(t) for t in taps])
     lead = 0
-    while lead < rank and int(np.prod(dy.shape[lead:])) * ncorner > (1 << 22):
+    while lead < rank and _count(dy.shape[lead:]) * ncorner > (1 << 22):
         lead += 1
     rest = rank - lead
     for head in np.ndindex(*dy.shape[:lead]):

@@ -1,0 +1,433 @@
+"""Hostile and huge input (issue 10): one regression test per failure class of the fuzzing
+campaign, outside pooling and resampling (tests/test_hostile_pooling.py and
+tests/test_hostile_resample.py hold those).
+
+The contract under test: every public entry point succeeds or raises a GradcError, in bounded
+time and memory. Cases that would allocate gigabytes if they regressed run in a child process
+under an address-space limit (``isolated``), so a regression fails the test instead of the
+machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+
+import gradc
+from gradc import ops
+from gradc.cli import main
+from gradc.errors import (GradcError, InputError, ParseError, ResourceError, UnsupportedError,
+                          VerifyError)
+from gradc.ir.types import MAX_BYTES, TensorType, byte_size, element_count, fmt_bytes
+
+TARGETS = ["reference", "numpy", "c", "onnx"]
+LIMIT = 2 << 30  # address space of an isolated case: a regression fails, it does not swap
+
+
+def isolated(code: str, timeout: float = 60) -> dict:
+    """Run ``code`` in a child under LIMIT bytes of address space; it sets ``result`` (JSON).
+
+    Returns ``{"result": ..., "error": "Type: message" | None, "seconds": wall time}``.
+    """
+    prog = textwrap.dedent("""
+        import json, sys, time, traceback
+        import numpy as np, gradc
+        from gradc import ops
+        t0 = time.perf_counter(); result = None; error = None
+        try:
+            exec(compile(sys.stdin.read(), "case", "exec"))
+        except Exception as e:
+            error = f"{type(e).__name__}: {e}"
+        print(json.dumps({"result": result, "error": error,
+                          "seconds": time.perf_counter() - t0}))
+    """)
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (LIMIT, LIMIT))
+
+    p = subprocess.run([sys.executable, "-c", prog], input=textwrap.dedent(code), text=True,
+                       capture_output=True, timeout=timeout, preexec_fn=limit)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def text_graph(body: str, inputs: str) -> str:
+    return f"graph g({inputs}) {{\n{textwrap.dedent(body).strip()}\n}}"
+
+
+# -- one way to count: element counts and byte sizes -------------------------------------------
+
+def test_element_count_is_exact_where_int64_wraps():
+    assert element_count([2 ** 32, 2 ** 32]) == 2 ** 64  # int64: 0
+    assert element_count([4294967296, 4294967296, 4]) == 2 ** 66
+    assert element_count(["N", 3, 4]) == 12 and element_count([]) == 1
+    assert byte_size([2 ** 20, 3], gradc.DType.float64) == 3 * 2 ** 23
+    assert fmt_bytes(3 * 2 ** 40) == f"{3 * 2 ** 40} bytes (3 TiB)"
+    assert TensorType("f32", (2 ** 60,)).nbytes == MAX_BYTES
+
+
+@pytest.mark.parametrize("dtype,shape", [
+    ("f32", (2 ** 60 + 1,)), ("f32", (2 ** 32, 2 ** 32)), ("u8", (2 ** 31, 2 ** 31, 2)),
+    ("f64", ("N", 2 ** 60)),  # N >= 1: at least 2**63 bytes
+])
+def test_a_type_larger_than_2_62_bytes_is_a_verify_error(dtype, shape):
+    with pytest.raises(VerifyError, match=r"more than the 2\*\*62 bytes a tensor may hold"):
+        TensorType(dtype, shape)
+
+
+# -- D1, D2, F3: literals the parser cannot hold ---------------------------------------------
+
+def test_d1_array_literal_whose_element_count_wraps_is_a_parse_error_with_position():
+    text = text_graph("""
+        %w = constant() {value = array<f32[4611686018427387904,4]: []>} : f32[4611686018427387904,4]
+        return %w""", "%x: f32[1]")
+    with pytest.raises(ParseError, match="more than the 2") as e:
+        gradc.parse(text)
+    assert (e.value.line, e.value.column) == (2, 32)  # the type after "array<"
+
+
+def test_d1_through_the_ir_embedded_in_an_onnx_file():
+    from gradc.backends.onnx.format import IR_KEY
+    g = gradc.Graph("g")
+    g.output(ops.relu(g.input("x", "f32", [1])))
+    model = gradc.to_onnx(g)
+    huge = "f32[4611686018427387904,4]"
+    for p in model.metadata_props:
+        if p.key == IR_KEY:
+            p.value = text_graph(f"""
+                %w = constant() {{value = array<{huge}: []>}} : {huge}
+                return %w""", "%x: f32[1]")
+    with pytest.raises(ParseError, match=r"embedded gradc IR .* 2:32: type f32\[46"):
+        gradc.from_onnx(model.SerializeToString())
+
+
+def test_d2_integer_literal_beyond_pythons_digit_limit():
+    with pytest.raises(ParseError, match="out of range") as e:
+        gradc.parse("graph g(%x: f32[" + "9" * 5000 + "]) {\n  return %x\n}")
+    assert (e.value.line, e.value.column) == (1, 17)
+    with pytest.raises(ParseError, match="out of range"):
+        gradc.parse(text_graph("""
+            %y = reshape(%x) {shape = [""" + "1" * 4400 + """]} : f32[2]
+            return %y""", "%x: f32[2]"))
+
+
+@pytest.mark.parametrize("dim", ["9223372036854775808", "18446744073709551616", "0"])
+def test_f3_dim_out_of_range_has_line_and_column(dim):
+    with pytest.raises(ParseError) as e:
+        gradc.parse(f"graph g(%x: f32[{dim}]) {{\n  return %x\n}}")
+    assert (e.value.line, e.value.column) == (1, 17)
+
+
+# -- D3, D4: reshape sizes in exact arithmetic -----------------------------------------------
+
+@pytest.mark.parametrize("shape,match", [
+    ([2 ** 64, -1], r"shape\[0\]: expected an integer in \[-1, 2\*\*63 - 1\]"),
+    ([4294967296, 4294967296, -1], "product divides 6"),       # int64 product: 0
+    ([4294967296, 4294967296, 2, 3], "product is 6"),          # int64 product wraps
+    ([-2, 3], r"shape\[0\]"),
+])
+def test_d3_d4_reshape_dims_that_overflow_int64(shape, match):
+    g = gradc.Graph("g")
+    x = g.input("x", "f32", [2, 3])
+    with pytest.raises(VerifyError, match=match):
+        ops.reshape(x, shape=shape)
+
+
+def test_every_integer_attribute_is_an_int64():
+    g = gradc.Graph("g")
+    x = g.input("x", "f32", [1, 1, 4, 4])
+    with pytest.raises(VerifyError, match=r"strides\[0\]: expected an integer in int64's range"):
+        ops.max_pooling(x, window_size=[2, 2], strides=[2 ** 64, 1])
+
+
+# -- D5, D6: folding counts exactly and never computes a huge constant -----------------------
+
+def test_d5_constant_folding_of_a_huge_result_is_skipped():
+    r = isolated("""
+        g = gradc.Graph("g")
+        x = g.input("x", "f32", [1])
+        c = ops.constant(np.ones((1, 4), np.float32), graph=g)
+        g.output(ops.slice_grad(c, output_sizes=[2 ** 40, 4], input_window_offsets=[0, 0],
+                                input_window_sizes=[1, 4], input_window_strides=[1, 1]))
+        o = gradc.optimize(g)
+        result = [n.op for n in o.graph.nodes]
+    """)
+    assert r["error"] is None and "slice_grad" in r["result"], r
+    assert r["seconds"] < 10
+
+
+def test_d6_onnx_export_does_not_fold_a_huge_expand():
+    r = isolated("""
+        g = gradc.parse('''graph g(%x: f32[1073741824,1073741824]) {
+          %c = constant() {value = array<f32[1,1]: [1.0]>} : f32[1,1]
+          %y = expand(%c, %x) : f32[1073741824,1073741824]
+          return %y
+        }''')
+        m = gradc.to_onnx(g)
+        result = [n.op_type for n in m.graph.node]
+    """)
+    assert r["error"] is None and "Expand" in r["result"], r
+
+
+# -- C6, D9: no recursion limit, bounded C build ---------------------------------------------
+
+def _chain_model(n: int) -> bytes:
+    from onnx import TensorProto, helper
+    nodes = [helper.make_node("Relu" if i % 2 else "Neg", [f"v{i}"], [f"v{i + 1}"])
+             for i in range(n)]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info(
+        "v0", TensorProto.FLOAT, [5])], [helper.make_tensor_value_info(
+            f"v{n}", TensorProto.FLOAT, [5])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]) \
+        .SerializeToString()
+
+
+def test_d9_a_1500_op_elementwise_chain_on_every_target():
+    g = gradc.from_onnx(_chain_model(1500))
+    x = np.array([-2.0, -0.0, 0.0, 1.5, np.nan], np.float32)
+    want = gradc.compile(g, target="reference", passes=None)(v0=x)
+    for t in TARGETS:
+        got = gradc.compile(g, target=t, passes=["fuse-elementwise"])(v0=x)
+        np.testing.assert_array_equal(got["v1500"], want["v1500"])
+    t = gradc.grad(g)
+    dy = np.arange(5, dtype=np.float32)
+    ref = gradc.compile(t, target="reference")(v0=x, grad_v1500=dy)
+    got = gradc.compile(t, target="c")(v0=x, grad_v1500=dy)
+    np.testing.assert_array_equal(got["grad_v0"], ref["grad_v0"])
+
+
+def test_c6_fused_groups_are_bounded_so_the_c_build_stays_linear():
+    from gradc.passes.fuse_elementwise import MAX_GROUP_NODES, find_groups
+    g = gradc.Graph("g")
+    xs = [g.input(f"x{i}", "f32", [2]) for i in range(300)]
+    s = xs[0]
+    for x in xs[1:]:
+        s = ops.add(s, ops.relu(x))
+    g.output(ops.reduce_sum(s))
+    groups = find_groups(gradc.grad(g))
+    assert groups and max(len(m) for m in groups) <= MAX_GROUP_NODES
+    assert sum(len(m) for m in groups) >= 590  # still fused, in several loops
+
+
+def test_c6_relu_chains_collapse_in_linear_rewrites():
+    g = gradc.Graph("g")
+    v = g.input("x", "f32", [3])
+    for _ in range(3000):
+        v = ops.relu(v)
+    g.output(v)
+    o = gradc.optimize(gradc.grad(g))
+    assert [n.op for n in o.graph.nodes].count("relu") <= 1
+
+
+def test_c6_a_hanging_c_compiler_is_a_gradc_error(tmp_path, monkeypatch):
+    from gradc.backends.c import build
+    cc = tmp_path / "slowcc"
+    cc.write_text("#!/bin/sh\ncase \"$*\" in *--version*) echo slowcc 1.0;; "
+                  "*probe*) exit 1;; *) sleep 30;; esac\n")
+    cc.chmod(0o755)
+    monkeypatch.setattr(build, "CC_TIMEOUT", 1.0)
+    g = gradc.Graph("hangs")
+    g.output(ops.relu(g.input("x", "f32", [2])))
+    with pytest.raises(GradcError, match=r"did not finish within 1 s on graph 'hangs'"):
+        gradc.compile(g, target="c", cc=str(cc), cache_dir=str(tmp_path / "cache"))
+
+
+# -- D10, D11, D12, F2: the call boundary -----------------------------------------------------
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_d10_an_input_named_self(target):
+    g = gradc.Graph("g")
+    g.output(ops.relu(g.input("self", "f32", [2])), "arrays")
+    out = gradc.compile(g, target=target)(**{"self": np.array([-1.0, 2.0], np.float32)})
+    np.testing.assert_array_equal(out["arrays"], [0.0, 2.0])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_d11_a_huge_broadcast_view_is_refused_before_allocating(target):
+    g = gradc.Graph("g")
+    g.output(ops.relu(g.input("x", "f32", ["N", 3])), "y")
+    big = np.broadcast_to(np.ones((1, 3), np.float32), (2 ** 40, 3))
+    with pytest.raises((ResourceError, InputError), match=r"%\w+: f32\[N,3\]|C-contiguous"):
+        gradc.compile(g, target=target)(x=big)
+
+
+def test_d11_symbols_whose_sizes_wrap_int64_are_an_input_error():
+    g = gradc.Graph("g")
+    x = g.input("x", "f32", ["N", 1])
+    y = g.input("y", "f32", [1, "N"])
+    g.output(ops.add(x, y), "z")  # f32[N,N]
+    big = np.broadcast_to(np.ones((1, 1), np.float32), (2 ** 32, 1))
+    for t in ("reference", "numpy"):
+        with pytest.raises(InputError, match=r"%z: f32\[N,N\] with N=4294967296 is"):
+            gradc.compile(g, target=t)(x=big, y=big.T)
+
+
+def test_d11_run_time_out_of_memory_names_the_value_and_bytes():
+    # Each value (1.3 GB) fits the child's 2 GiB address space; the run does not.
+    r = isolated("""
+        g = gradc.Graph("g")
+        x = g.input("x", "f32", [1, 1, 2, 2])
+        up = ops.resample(x, scales=[1.0, 1.0, 9000.0, 9000.0])  # f32[1,1,18000,18000]
+        g.output(ops.add(up, up), "twice")
+        res = []
+        for t in ["reference", "numpy", "onnx", "c"]:
+            try:
+                gradc.compile(g, target=t, passes=None)(x=np.ones((1, 1, 2, 2), np.float32))
+                res.append("ran")
+            except gradc.GradcError as e:
+                res.append(type(e).__name__ + ": " + str(e))
+        result = res
+    """, timeout=300)
+    assert r["error"] is None, r
+    # numpy and onnx may reuse the first buffer for the second and run; the others must not
+    # fail any other way than a ResourceError naming the value and its bytes.
+    for line in r["result"]:
+        assert line == "ran" or "f32[1,1,18000,18000] needs 1296000000 bytes" in line, line
+    assert r["result"][0].startswith("ResourceError"), r["result"]
+
+
+class Evil(np.ndarray):
+    """A subclass whose own methods must never run inside gradc."""
+
+    def __getitem__(self, key):
+        raise RuntimeError("Evil.__getitem__ ran")
+
+    def reshape(self, *a, **k):
+        raise RuntimeError("Evil.reshape ran")
+
+
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+@pytest.mark.parametrize("target", TARGETS)
+def test_d12_f2_subclasses_become_plain_arrays(target):
+    g = gradc.Graph("g")
+    x = g.input("x", "f32", [2, 2])
+    g.output(ops.reduce_sum(ops.relu(x), axes=[0, 1]), "s")
+    g.output(ops.max_pooling(ops.reshape(x, shape=[1, 1, 2, 2]), window_size=[2, 2]), "m")
+    ex = gradc.compile(g, target=target)
+    a = np.array([[1.0, -2.0], [3.0, 4.0]], np.float32)
+    for arg in (a.view(Evil), np.asmatrix(a)):
+        out = ex(x=arg)
+        assert type(out["s"]) is np.ndarray and out["s"].shape == ()
+        assert out["s"] == 8.0 and out["m"].reshape(-1)[0] == 4.0
+
+
+def test_masked_arrays_are_refused():
+    g = gradc.Graph("g")
+    g.output(ops.relu(g.input("x", "f32", [2])))
+    with pytest.raises(InputError, match="masked array"):
+        gradc.compile(g, target="reference")(x=np.ma.masked_array(np.ones(2, np.float32)))
+
+
+# -- D13: names that are not valid text ------------------------------------------------------
+
+def test_d13_lone_surrogates_are_refused_in_names():
+    bad = json.dumps("\ud800")
+    with pytest.raises(ParseError, match="lone surrogate U\\+D800") as e:
+        gradc.parse(f"graph g(%{bad}: f32[2]) {{\n  return %{bad}\n}}")
+    assert e.value.line == 1
+    with pytest.raises(VerifyError, match="lone surrogate"):
+        gradc.Graph("g").input("x\udfff", "f32", [2])
+    with pytest.raises(VerifyError, match="lone surrogate"):
+        gradc.Graph("\ud83d")
+    with pytest.raises(VerifyError, match="lone surrogate"):
+        TensorType("f32", ("N\ud800",))
+
+
+# -- F1: print/parse round trip ---------------------------------------------------------------
+
+@pytest.mark.parametrize("bound", [-2147483648.0, 16777217.0, 0.1, -0.0, 1e300, 2.0 ** -149])
+def test_f1_float_attributes_round_trip_exactly(bound):
+    g = gradc.Graph("g")
+    x = g.input("x", "f64", [2])
+    dy = g.input("dy", "f64", [2])
+    g.output(ops.clip_grad(x, dy, min=bound, max=max(bound, 0.0) + 1.0))
+    text = str(g)
+    back = gradc.parse(text)
+    assert back == g, text
+    assert str(back) == text
+
+
+# -- F4: no RuntimeWarning escapes -------------------------------------------------------------
+
+def test_f4_no_runtime_warning_escapes_printing_or_running():
+    g = gradc.Graph("g")
+    x = g.input("x", "f32", [1, 1, 2, 2])
+    g.output(ops.resample(x, scales=[1.0, 1.0, 1.0, 1.0], interpolation_mode="linear",
+                          output_pixel_offsets=[0.0, 0.0, 3e38, -3e38]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        str(gradc.parse(str(g)))
+        for t in TARGETS:
+            gradc.compile(g, target=t)(x=np.full((1, 1, 2, 2), 3e38, np.float32))
+
+
+# -- K1: the command line ---------------------------------------------------------------------
+
+def _cli(argv: list[str], capsys) -> tuple[int, str]:
+    rc = main(argv)
+    return rc, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", [
+    "graph g(%x: f32[2]) {\n  %y = reshape(%x) {shape = [18446744073709551616]} : f32[2]\n"
+    "  return %y\n}",
+    "graph g(%x: f32[" + "9" * 5000 + "]) {\n  return %x\n}",
+    "graph g(%x: f32[4294967296,4294967296]) {\n  return %x\n}",
+    "graph g(%\"\\ud800\": f32[2]) {\n  return %\"\\ud800\"\n}",
+])
+@pytest.mark.parametrize("command", [["verify"], ["compile", "-t", "c"], ["run"], ["check"]])
+def test_k1_bad_files_exit_2_with_a_line_naming_the_file(tmp_path, capsys, text, command):
+    path = tmp_path / "bad.ir"
+    path.write_text(text, encoding="utf-8")
+    rc, err = _cli([command[0], str(path), *command[1:]], capsys)
+    assert rc == 2, err
+    assert err.startswith(f"gradc: error: {path}"), err
+    assert "internal error" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("shape", ["N=0", "N=-1", "N=" + "9" * 30, "N=²", "N=1e3"])
+def test_k1_bad_shape_flags(capsys, shape):
+    rc, err = _cli(["run", "example:cnn", "--shape", shape], capsys)
+    assert rc == 2 and "--shape" in err and "example:cnn" in err
+
+
+def test_k1_sizes_too_large_for_the_machine_are_refused_before_allocating(capsys):
+    rc, err = _cli(["run", "example:cnn", "--shape", "N=1000000000000"], capsys)
+    assert rc == 2 and "needs" in err and "bytes" in err and "example:cnn" in err
+    rc, err = _cli(["run", "example:cnn", "--shape", f"N={2 ** 62}"], capsys)
+    assert rc == 2 and "2**62 bytes" in err
+
+
+def test_k1_memory_error_without_message_names_the_file(capsys, monkeypatch, tmp_path):
+    import gradc.cli as cli
+
+    def boom(path):
+        raise MemoryError()
+
+    monkeypatch.setattr(cli, "load_graph", boom)
+    rc, err = _cli(["verify", "some.onnx"], capsys)
+    assert rc == 2 and err.strip() == "gradc: error: some.onnx: out of memory"
+
+
+def test_k1_no_partial_output_when_lowering_fails(tmp_path, capsys):
+    path = tmp_path / "g.ir"
+    path.write_text("graph g(%x: f32[2]) {\n  %y = relu(%x) : f32[2]\n  return %y\n}")
+    out = tmp_path / "out.c"
+    rc, err = _cli(["compile", str(path), "-t", "c", "-p", "no-such-pass", "-o", str(out)],
+                   capsys)
+    assert rc == 2 and not out.exists() and str(path) in err
+    assert os.listdir(tmp_path) == ["g.ir"]
+
+
+def test_errors_are_all_gradc_errors():
+    for cls in (InputError, ParseError, ResourceError, UnsupportedError, VerifyError):
+        assert issubclass(cls, GradcError)
+    assert gradc.ResourceError is ResourceError
