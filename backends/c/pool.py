@@ -13,6 +13,12 @@ candidate is NaN (SPEC.md §5.1).
 The gradient has two faster plain passes (``emit_max_pooling_grad``): 2x2 stride-2 windows that
 tile a float32 plane (``_pairs_2x2``, SSE2), and 2-D windows that do not tile (``_Separable``:
 row maxima, then down the window rows). Both fall back to the NaN-aware pass per plane.
+
+Compile time and scratch memory are bounded by the graph and its tensors, never by attribute
+magnitudes: the unrolled pass, the tiled stores and the separable pass are used only within the
+named budgets below and when every index they compute statically fits their integer type;
+anything else (huge windows, strides, paddings or dilations) takes the bounds-aware loop
+(``_Pool._general``), whose arithmetic is exact for every attribute in int64's range.
 """
 
 from __future__ import annotations
@@ -31,6 +37,13 @@ from gradc.backends.c.ctypes_map import CType, ctype, literal
 from gradc.backends.c.writer import CWriter
 
 MAX_UNROLL = 64  # windows with more taps use the bounds-checked loop everywhere
+MAX_UNROLL_CODE = 8192  # taps times distinct valid-tap ranges that the unrolled pass may write
+MAX_TILE_TAPS = 1024  # taps per window that the tiled store pass may write out
+# The separable pass's per-thread scratch (elements): always allowed up to SEPARABLE_SCRATCH,
+# beyond it at most SEPARABLE_FACTOR times (input plane + output plane + 16 per input row).
+SEPARABLE_SCRATCH = 2 ** 16
+SEPARABLE_FACTOR = 4
+INDEX_BOUND = 2 ** 62  # static bound of the index arithmetic of the unrolled/separable passes
 
 Body = Callable[[CWriter], None]  # writes the statements of one row
 Row = Callable[[CWriter, bool], None]  # the same, NaN-aware or not (see _Pool.better)
@@ -54,6 +67,22 @@ class _Pool:
         self.oplane = math.prod(self.out)
         self.idx = "int32_t" if self.plane < 2 ** 31 else "int64_t"
         self.st = [math.prod(self.sp[a + 1:]) for a in range(self.nd)]
+        self.span = [self._span(a) for a in range(self.nd)]
+        # Every index the unrolled and separable passes compute (window starts, row bases, tap
+        # offsets, in int64 and then the index type) is within this static bound.
+        reach = sum(((o - 1) * s + p + (w - 1) * d + n) * st for o, s, p, w, d, n, st
+                    in zip(self.out, self.s, self.pad, self.w, self.d, self.sp, self.st))
+        self.small = reach < (2 ** 31 if self.idx == "int32_t" else INDEX_BOUND)
+        self._runs: list[list[tuple[int, int, tuple[int, int]]]] | None = None
+        if self.small and math.prod(self.w) <= MAX_UNROLL:
+            self._runs = self._all_groups(MAX_UNROLL_CODE // math.prod(self.w))
+
+    def _span(self, a: int) -> tuple[int, int]:
+        """The output coordinates ``first..last`` of axis ``a`` whose window can reach the input
+        (window start in ``-(w-1)*d .. n-1``); outside them every tap is padding. Their window
+        starts fit int64 (they lie in ``-start_padding .. n-1``)."""
+        n, w, s, p, d = self.sp[a], self.w[a], self.s[a], self.pad[a], self.d[a]
+        return max(0, -(((w - 1) * d - p) // s)), min(self.out[a] - 1, (p + n - 1) // s)
 
     def krange(self, a: int, o: int) -> tuple[int, int]:
         """The valid taps ``lo..hi`` of axis ``a`` for output coordinate ``o`` (static)."""
@@ -63,26 +92,69 @@ class _Pool:
         return lo, min(hi, self.w[a] - 1)
 
     def groups(self, a: int) -> list[tuple[int, int, tuple[int, int]]]:
-        """Runs ``(o_first, o_last, krange)`` of output coordinates sharing one valid range."""
+        """Runs ``(o_first, o_last, krange)`` of output coordinates sharing one valid range
+        (only when the unrolled pass is used: see ``unrolled``)."""
+        assert self._runs is not None
+        return self._runs[a]
+
+    def _all_groups(self, budget: int) -> list[list[tuple[int, int, tuple[int, int]]]] | None:
+        """``groups`` of every axis, or None when their product exceeds ``budget``."""
+        out: list[list[tuple[int, int, tuple[int, int]]]] = []
+        left = budget
+        for a in range(self.nd):
+            runs = self._groups(a, left)
+            if runs is None:
+                return None
+            left //= len(runs)
+            out.append(runs)
+        return out
+
+    def _groups(self, a: int, budget: int) -> list[tuple[int, int, tuple[int, int]]] | None:
+        """The runs of axis ``a`` (None beyond ``budget`` runs), found by bisection.
+
+        Both ends of ``krange`` never increase with ``o`` (the window start only grows), so
+        equal ranges are contiguous and each run's end is found in O(log out) steps.
+        """
         runs: list[tuple[int, int, tuple[int, int]]] = []
-        for o in range(self.out[a]):
+        o, n_out = 0, self.out[a]
+        while o < n_out:
+            if len(runs) >= budget:
+                return None
             kr = self.krange(a, o)
-            if runs and runs[-1][2] == kr:
-                runs[-1] = (runs[-1][0], o, kr)
-            else:
-                runs.append((o, o, kr))
+            lo, hi = o, n_out - 1
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if self.krange(a, mid) == kr:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            runs.append((o, lo, kr))
+            o = lo + 1
         return runs
 
+    @property
+    def unrolled(self) -> bool:
+        """True when the row pass unrolls the valid taps of each group of windows (small
+        windows, few distinct valid ranges, int64-safe static geometry)."""
+        return self._runs is not None
+
     def tiled(self) -> bool:
-        """True when the windows tile the input exactly (no padding, no gaps, no overlap)."""
-        return all(p == 0 and e == 0 and d == 1 and s == w and n == o * w
-                   for p, e, d, s, w, n, o in zip(self.pad, self.end, self.d, self.s, self.w,
-                                                  self.sp, self.out))
+        """True when the windows tile the input exactly (no padding, no gaps, no overlap) and
+        are small enough for the store pass to write each tap (``MAX_TILE_TAPS``)."""
+        return math.prod(self.w) <= MAX_TILE_TAPS and all(
+            p == 0 and e == 0 and d == 1 and s == w and n == o * w
+            for p, e, d, s, w, n, o in zip(self.pad, self.end, self.d, self.s, self.w,
+                                           self.sp, self.out))
 
     def separable(self) -> bool:
-        """True for 2-D float windows handled by ``_Separable`` (small, not tiling the plane)."""
-        return (self.nd == 2 and self.t.is_float and math.prod(self.w) <= MAX_UNROLL
-                and not self.tiled())
+        """True for 2-D float windows handled by ``_Separable`` (small, not tiling the plane),
+        whose scratch stays within a fixed size or a few times the tensors' planes."""
+        if not (self.nd == 2 and self.t.is_float and math.prod(self.w) <= MAX_UNROLL
+                and self.small and not self.tiled()):
+            return False
+        sep = _Separable(self)
+        budget = SEPARABLE_FACTOR * (self.plane + self.oplane + sep.LANES * self.sp[0])
+        return sep.scratch() <= max(SEPARABLE_SCRATCH, budget)
 
     def better(self, v: str, best: str, nan: bool) -> str:
         """The SPEC.md §5.1 replacement rule (strict '>', NaN never beats a number)."""
@@ -118,7 +190,7 @@ class _Pool:
         axis; each group gets straight-line code with its taps unrolled (the interior columns
         in a vectorizable loop). Windows with too many taps use a bounds-checked loop.
         """
-        if math.prod(self.w) > MAX_UNROLL:
+        if not self.unrolled:
             self._general(cw, bi, nan)
             return
         last = self.nd - 1
@@ -166,26 +238,46 @@ class _Pool:
                         "bv = take ? v : bv; b = take ? ii : b;")
         cw.line(f"{bi}[ow] = b;")
 
-    def _range(self, a: int, o: str) -> list[str]:
-        """``s{a}`` (window start) and the valid taps ``lo{a}..hi{a}`` of axis a at coord o."""
-        s, p, d, n, w = self.s[a], self.pad[a], self.d[a], self.sp[a], self.w[a]
-        return [f"const int64_t s{a} = {o} * {s} - {p};",
-                f"const int64_t lo{a} = s{a} >= 0 ? 0 : (-s{a} + {d - 1}) / {d};",
-                f"int64_t hi{a} = s{a} > {n - 1} ? -1 : ({n - 1} - s{a}) / {d};",
-                f"if (hi{a} > {w - 1}) hi{a} = {w - 1};"]
+    def _range(self, cw: CWriter, a: int, o: str) -> None:
+        """The valid taps ``lo{a}..hi{a}`` of axis ``a`` at output coordinate ``o`` (empty:
+        ``lo > hi``) and ``wq{a}``, the input position of tap ``lo{a}``.
+
+        Exact for every attribute in int64's range: only coordinates in ``span`` (whose window
+        start ``t`` fits int64) are computed, and the sums that may pass 2**63 on the way are
+        taken in uint64, whose wrap-around gives the exact result once it fits again.
+        """
+        n, w, d = self.sp[a], self.w[a], self.d[a]
+        first, last = self.span[a]
+        t0 = first * self.s[a] - self.pad[a]
+        u = "(uint64_t)"
+        cw.line(f"int64_t lo{a} = 1, hi{a} = 0, wq{a} = 0;")
+        with cw.block(f"if ({o} >= {_c(first)} && {o} <= {_c(last)})"):
+            cw.line(f"const int64_t wt{a} = (int64_t)({u}{_c(t0)} + {u}({o} - {_c(first)})"
+                    f" * {_u(self.s[a])});",
+                    f"lo{a} = wt{a} >= 0 ? 0 : (int64_t)({u}(-(wt{a} + 1)) / {_u(d)}) + 1;",
+                    f"const uint64_t hu{a} = ({_u(n - 1)} - {u}wt{a}) / {_u(d)};",
+                    f"hi{a} = hu{a} > {_u(w - 1)} ? {_c(w - 1)} : (int64_t)hu{a};",
+                    f"wq{a} = (int64_t)({u}wt{a} + {u}lo{a} * {_u(d)});")
 
     def _general(self, cw: CWriter, bi: str, nan: bool) -> None:
-        """Bounds-aware windows (large windows): only valid taps, the first seeds the max."""
+        """Bounds-aware windows (large or far-reaching windows): only valid taps, the first
+        seeds the max. A tap's position ``p + (k - lo) * d`` is in the input, so no product
+        overflows whatever the window size, stride, padding or dilation."""
         t, nd, idx = self.t, self.nd, self.idx
         last = nd - 1
         ct = t.compute
-        pos = [f"(s{ax} + k{ax} * {self.d[ax]}) * {self.st[ax]}" for ax in range(nd)]
-        first = " + ".join(f"(s{ax} + lo{ax} * {self.d[ax]}) * {self.st[ax]}" for ax in range(nd))
+        if any(f > l for f, l in self.span):  # every window lies wholly in padding
+            cw.line(f"for (int64_t ow = 0; ow < {self.out[last]}; ow++) {bi}[ow] = -1;")
+            return
+        pos = [f"(wq{ax} + (k{ax} - lo{ax}) * {_c(self.d[ax])}) * {_c(self.st[ax])}"
+               for ax in range(nd)]
+        first = " + ".join(f"wq{ax} * {_c(self.st[ax])}" for ax in range(nd))
         for a in range(last):
-            cw.line(*self._range(a, f"r{a}"))
+            self._range(cw, a, f"r{a}")
         outer = " && ".join(f"lo{a} <= hi{a}" for a in range(last)) or "1"
         with cw.block(f"for (int64_t ow = 0; ow < {self.out[last]}; ow++)"):
-            cw.line(*self._range(last, "ow"), f"{idx} b = -1;")
+            self._range(cw, last, "ow")
+            cw.line(f"{idx} b = -1;")
             with cw.block(f"if ({outer} && lo{last} <= hi{last})"):
                 cw.line(f"b = ({idx})({first});", f"{ct} bv = {widen(t, 'x[b]')};")
                 with cw.blocks([f"for (int64_t k{ax} = lo{ax}; k{ax} <= hi{ax}; k{ax}++)"
@@ -203,6 +295,16 @@ class _Pool:
                         for a in range(self.nd - 1)]):
             cw.line(f"const int64_t orow = {orow or '0'}; (void)orow;")
             body(cw)
+
+
+def _c(v: int) -> str:
+    """An int64 C literal."""
+    return f"INT64_C({v})" if abs(v) >= 2 ** 31 else str(v)
+
+
+def _u(v: int) -> str:
+    """A uint64 C literal (``0 <= v < 2**64``)."""
+    return f"UINT64_C({v})"
 
 
 def _tile_writes(cw: CWriter, pool: _Pool, pro: ExprGen, dv: str) -> None:
@@ -429,6 +531,10 @@ class _Separable:
         self.owp = -(-pool.out[1] // self.LANES) * self.LANES
         self.xlen = max((self.owp - 1) * pool.s[1] + (pool.w[1] - 1) * pool.d[1] + 1,
                         pool.pad[1] + self.wd)
+
+    def scratch(self) -> int:
+        """Elements of per-thread scratch (the buffers of ``allocs``)."""
+        return 2 * self.owp + self.xlen + 2 * self.h * self.owp
 
     def allocs(self) -> list[tuple[str, str, str]]:
         """Per-thread buffers: name, element type, count."""

@@ -24,7 +24,7 @@ import numpy as np
 from onnx import NodeProto, TensorProto, helper
 
 from gradc.errors import GradcError
-from gradc.ir.types import Dim, DType
+from gradc.ir.types import Dim, DType, element_count
 from gradc.backends.onnx.format import ELEM_TYPES, array_to_tensor
 
 INT64_MIN = -(2 ** 63)
@@ -175,7 +175,7 @@ class OnnxGraphBuilder:
 
     def product(self, dims: Sequence[Dim]) -> int | Tensor:
         """The product of dims: an int, or a rank-0 int64 tensor when a symbol is involved."""
-        static = int(np.prod([d for d in dims if not isinstance(d, str)], dtype=np.int64))
+        static = element_count(dims)  # symbols count 1 here
         out: int | Tensor = static
         for d in dims:
             if isinstance(d, str):

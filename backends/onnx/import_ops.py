@@ -322,11 +322,24 @@ def _maxpool_check(n: OnnxNode, ctx: Context) -> list[str]:
     return found
 
 
+# ONNX attribute -> (gradc fields, least value); pads are start_padding then end_padding
+_POOL_ATTRS = {"kernel_shape": (("window_size",), 1), "strides": (("strides",), 1),
+               "dilations": (("dilations",), 1), "pads": (("start_padding", "end_padding"), 0)}
+
+
 def _pool_ints(n: OnnxNode, name: str, length: int, default: int) -> list[int]:
+    """An ints attribute of MaxPool, checked (length and range) before anything uses it."""
     v = n.get_ints(name, [default] * length)
-    if len(v) != length:  # type: ignore[arg-type]
-        raise VerifyError(f"attribute {name}: expected {length} values, got {len(v)}")  # type: ignore[arg-type]
-    return v  # type: ignore[return-value]
+    assert v is not None
+    if len(v) != length:
+        raise VerifyError(f"attribute {name}: expected {length} values, got {len(v)}")
+    fields, lo = _POOL_ATTRS[name]
+    per = length // len(fields)
+    for i, x in enumerate(v):
+        if x < lo:
+            raise VerifyError(f"max_pooling: {fields[i // per]}[{i % per}]: expected an integer "
+                              f">= {lo}, got {x} (attribute {name}[{i}])")
+    return v
 
 
 def same_pads(size: int, w: int, s: int, d: int, upper: bool) -> tuple[int, int]:

@@ -20,10 +20,10 @@ the canonical order and rounding too, and matched bit for bit in every test run)
                       step -1), then a Gather per stride-0 axis
     slice_grad        per axis: Slice reversal (negative stride), Concat of Expand-ed    bits
                       zero slabs, and for |stride| > 1 a Gather from element or zero
-    max_pooling       Pad + one strided Slice per tap; running argmax in window order    bits
-                      with Greater/IsNaN and constant validity masks; values by
-                      GatherElements from the input (+ a LOWEST column for windows in
-                      padding); flat indices from Range
+    max_pooling       per spatial axis, innermost first: one strided Slice + Pad per     bits
+                      tap landing in the input, running argmax in window order with
+                      Greater/IsNaN and 1-D validity masks; values by GatherElements
+                      from the input; flat indices from Range (see lower_pooling)
     max_pooling_grad  the same argmax; ScatterElements(add) of dy in float32/float64     tol
     resample nearest  Gather per axis whose index vector (axis_taps) is not identity     bits
     resample linear   per corner: Gathers, Mul by the float32 weight product, Add in     tol
@@ -75,7 +75,7 @@ from gradc.backends.onnx.lower_arith import lower_arith_table
 from gradc.backends.onnx.lower_pooling import lower_pool_table
 from gradc.backends.onnx.lower_resample import lower_resample_table
 from gradc.backends.target import Lowered
-from gradc.errors import GradcError, UnsupportedError, VerifyError
+from gradc.errors import GradcError, ResourceError, UnsupportedError, VerifyError
 from gradc.ir.core import Graph, Node, Value
 from gradc.ir.interpret import evaluate_node
 from gradc.ir.verify import verify
@@ -231,6 +231,9 @@ def session(model: onnx.ModelProto, threads: int | None = None,
                                     providers=["CPUExecutionProvider"],
                                     disabled_optimizers=["NoopElimination"])
     except Exception as exc:  # onnxruntime raises its own exception types
+        if "bad_alloc" in str(exc) or "Failed to allocate" in str(exc):
+            raise ResourceError(f"onnx target: onnxruntime ran out of memory while preparing "
+                                f"graph {model.graph.name!r} ({str(exc)[:200]})") from None
         raise GradcError(f"internal error: onnxruntime rejected the exported model: {exc}") from exc
 
 

@@ -118,9 +118,10 @@ class MaxPoolingGrad(OpDef):
                   dy: np.ndarray) -> list[np.ndarray]:
         _, index, found = window_argmax(x, attrs, dy.shape[2:])
         acc = np.zeros(x.size, acc_dtype(x.dtype))
-        # ufunc.at adds in the order of its index array: increasing logical index of dy.
-        np.add.at(acc, index[found], dy[found].astype(acc.dtype))
-        return [acc.reshape(x.shape).astype(x.dtype)]
+        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf is NaN, f16 overflow inf
+            # ufunc.at adds in the order of its index array: increasing logical index of dy.
+            np.add.at(acc, index[found], dy[found].astype(acc.dtype))
+            return [acc.reshape(x.shape).astype(x.dtype)]
 
     def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
         """Second-order gradients through max_pooling_grad are not supported (no gather op)."""
@@ -131,12 +132,63 @@ class MaxPoolingGrad(OpDef):
                                "gradients of max pooling are not supported)")
 
 
+def tap_outputs(k: int, n: int, out: int, s: int, sp: int, d: int) -> tuple[int, int]:
+    """The output coordinates ``lo..hi`` of one spatial axis whose window tap ``k`` lands inside
+    the input (``0 <= o*s - sp + k*d < n``); empty when ``lo > hi``.
+
+    They are contiguous (positions grow with ``o``), and on them the tap's position is
+    ``o*s - sp + k*d = (o - lo)*s + first``, ``first`` being the position at ``lo``: a number in
+    ``0..n-1``. Exact Python ints: no attribute magnitude can overflow anything.
+    """
+    c = k * d - sp
+    return max(0, -(c // s)), min(out - 1, (n - 1 - c) // s)
+
+
+def window_taps(n: int, out: int, w: int, s: int, sp: int, d: int,
+                limit: int | None = None) -> list[int] | None:
+    """The taps ``0 <= k < w`` of one spatial axis (increasing) that land inside the input for
+    at least one output coordinate ``0 <= o < out``.
+
+    Only they can be candidates (padding never is, SPEC.md §5.1), so a window visits them alone
+    and the work is bounded by the tensors' sizes whatever the attributes (a window of 2**40
+    taps over an 8-element axis has at most 8 that matter). The search walks the candidate taps
+    or the output coordinates, whichever are fewer; with ``limit`` (a compile-time budget) it
+    returns None as soon as that walk or its result would exceed ``limit``.
+    """
+    k_lo = max(0, -(((out - 1) * s - sp) // d))  # ceil((sp - (out-1)*s) / d): o = out-1
+    k_hi = min(w - 1, (sp + n - 1) // d)  # o = 0
+    if k_hi < k_lo:
+        return []
+    if limit is not None and min(k_hi - k_lo + 1, out) > limit:
+        return None
+    ks: list[int] = []
+    if k_hi - k_lo < out:
+        for k in range(k_lo, k_hi + 1):
+            lo, hi = tap_outputs(k, n, out, s, sp, d)
+            if lo <= hi:
+                ks.append(k)
+        return ks
+    for o in range(out - 1, -1, -1):  # the taps of o: an interval, moving right as o falls
+        t = o * s - sp
+        lo = max(k_lo, -(t // d))
+        hi = min(k_hi, (n - 1 - t) // d)
+        if ks:
+            lo = max(lo, ks[-1] + 1)
+        if limit is not None and len(ks) + max(0, hi + 1 - lo) > limit:
+            return None
+        ks.extend(range(lo, hi + 1))
+    return ks
+
+
 def window_argmax(x: np.ndarray, p: Mapping[str, Sequence[int]],
                   out: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per window: (best value, flat index, whether any input element was a candidate).
 
     Taps are visited in window order (increasing logical index); a tap replaces the best so far
-    only if it is not NaN and the best is NaN or smaller, so ties keep the lowest index.
+    only if it is not NaN and the best is NaN or smaller, so ties keep the lowest index. Taps
+    that land in the padding for every window are skipped (``window_taps``), and positions are
+    computed from each tap's valid output range (``tap_outputs``), never as ``o*s + k*d`` in
+    int64, so huge windows, strides, paddings and dilations cost nothing and cannot overflow.
     """
     spatial = x.shape[2:]
     shape = x.shape[:2] + tuple(out)
@@ -144,17 +196,25 @@ def window_argmax(x: np.ndarray, p: Mapping[str, Sequence[int]],
     index = np.zeros(shape, np.int64)
     found = np.zeros(shape, bool)
     nd = len(spatial)
-    el_strides = [int(np.prod(spatial[a + 1:], dtype=np.int64)) for a in range(nd)]
+    w, s, sp, d = (p[f] for f in ("window_size", "strides", "start_padding", "dilations"))
+    el_strides = [1] * nd
+    for a in range(nd - 2, -1, -1):
+        el_strides[a] = el_strides[a + 1] * spatial[a + 1]
     base = (np.arange(x.shape[0] * x.shape[1], dtype=np.int64)
-            * int(np.prod(spatial, dtype=np.int64))).reshape(x.shape[:2] + (1,) * nd)
+            * (el_strides[0] * spatial[0])).reshape(x.shape[:2] + (1,) * nd)
     grid = [np.arange(n, dtype=np.int64) for n in out]
-    for k in itertools.product(*(range(w) for w in p["window_size"])):
-        pos = [grid[a] * p["strides"][a] - p["start_padding"][a] + k[a] * p["dilations"][a]
-               for a in range(nd)]
-        ok = [(q >= 0) & (q < spatial[a]) for a, q in enumerate(pos)]
-        if not all(m.any() for m in ok):
-            continue
-        pos = [np.clip(q, 0, spatial[a] - 1) for a, q in enumerate(pos)]
+    taps = []
+    for a in range(nd):
+        ks = window_taps(spatial[a], out[a], w[a], s[a], sp[a], d[a])
+        assert ks is not None  # no limit: always a list
+        taps.append(ks)
+    for k in itertools.product(*taps):
+        pos, ok = [], []
+        for a in range(nd):
+            lo, hi = tap_outputs(k[a], spatial[a], out[a], s[a], sp[a], d[a])
+            first = lo * s[a] - sp[a] + k[a] * d[a]  # in 0..spatial[a]-1
+            pos.append((np.clip(grid[a], lo, hi) - lo) * s[a] + first)  # (hi-lo)*s < spatial
+            ok.append((grid[a] >= lo) & (grid[a] <= hi))
         v = x[(slice(None), slice(None)) + np.ix_(*pos)]
         valid = np.ones((1, 1) + (1,) * nd, bool)
         flat = base
