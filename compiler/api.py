@@ -13,15 +13,22 @@ from gradc.backends.onnx.target import to_onnx as _to_onnx
 from gradc.errors import GradcError, VerifyError
 from gradc.executable import Executable
 from gradc.ir.core import Graph
+from gradc.ir.ops.registry import show_value
+from gradc.ir.types import MAX_DIM
 from gradc.passes import Optimized, optimize
 from gradc.ir.verify import verify
 
 
 def _check_shapes(shapes: Mapping[str, int] | None) -> dict[str, int]:
     out: dict[str, int] = {}
+    if shapes is not None and not isinstance(shapes, Mapping):
+        raise VerifyError(f"compile: shapes: expected a mapping of symbol names to sizes, got "
+                          f"{type(shapes).__name__}")
     for k, v in (shapes or {}).items():
-        if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise VerifyError(f"compile: shapes[{k!r}]: expected an int >= 1, got {v!r}")
+        if (not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, int)
+                or not 1 <= v <= MAX_DIM):
+            raise VerifyError(f"compile: shapes[{show_value(k, repr)}]: expected an int in "
+                              f"[1, 2**63 - 1], got {show_value(v, repr)}")
         out[k] = v
     return out
 
@@ -32,8 +39,9 @@ def _prepare(graph: Graph, target: str, passes: str | Sequence[str] | None,
     """Check the arguments, verify the graph and run the pass pipeline."""
     if not isinstance(graph, Graph):
         raise VerifyError(f"compile: graph: expected a gradc.Graph, got {type(graph).__name__}")
-    if target not in TARGETS:
-        raise VerifyError(f"compile: target: expected one of {', '.join(TARGETS)}, got {target!r}")
+    if not isinstance(target, str) or target not in TARGETS:
+        raise VerifyError(f"compile: target: expected one of {', '.join(TARGETS)}, got "
+                          f"{show_value(target, repr)}")
     bound = _check_shapes(shapes)
     verify(graph)
     opt = optimize(graph, passes, instruments=instruments, verify_each=verify_each,

@@ -97,7 +97,12 @@ def summarize(name: str, a: np.ndarray) -> str:
     stats = ""
     if a.size and a.dtype.kind in "fiu":
         f = a.astype(np.float64)
-        stats = f" min={np.nanmin(f):.6g} max={np.nanmax(f):.6g} sum={np.nansum(f):.6g}"
+        if np.isnan(f).all():
+            stats = " all NaN"
+        else:
+            with np.errstate(all="ignore"):  # inf + -inf in the sum is NaN, said as such
+                stats = (f" min={np.nanmin(f):.6g} max={np.nanmax(f):.6g} "
+                         f"sum={np.nansum(f):.6g}")
     return f"  {name}: {a.dtype}{list(a.shape)}{stats}"
 
 
@@ -211,6 +216,13 @@ def _instruments(args: argparse.Namespace) -> list:
 
 
 # -- argument parsing ------------------------------------------------------------------------
+def _seed(text: str) -> int:
+    """A --seed value: an integer in [0, 2**63)."""
+    if not re.fullmatch(r"[0-9]{1,19}", text) or int(text) >= 2 ** 63:
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**63), got {text!r}")
+    return int(text)
+
+
 def _common(p: argparse.ArgumentParser, passes: bool = False) -> None:
     p.add_argument("file", help="a .onnx file, a text-IR file, or example:NAME")
     p.add_argument("--shape", action="append", metavar="NAME=SIZE",
@@ -239,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p, passes=True)
     p.add_argument("-t", "--target", default="reference",
                    choices=list(TARGETS))
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_seed, default=0)
     p.set_defaults(fn=cmd_run)
 
     p = sub.add_parser("grad", help="differentiate a forward graph into its training graph")
@@ -276,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="run on every target and report differences")
     _common(p)
     p.add_argument("--grad", action="store_true", help="check the training graph too")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_seed, default=0)
     p.add_argument("--targets", help="comma-separated targets (default: all)")
     p.set_defaults(fn=cmd_check)
 

@@ -17,7 +17,8 @@ import numpy as np
 
 from gradc.ir.core import Graph, Value, as_array
 from gradc.ir.ops import REGISTRY
-from gradc.ir.ops.registry import OpDef, make_node
+from gradc.errors import VerifyError
+from gradc.ir.ops.registry import OpDef, make_node, show_value
 from gradc.ir.types import DType
 
 
@@ -27,10 +28,29 @@ def promote_scalars(lhs: Any, rhs: Any) -> list[Any]:
     The number becomes a constant of the other operand's dtype.
     """
     if isinstance(lhs, Value) and not isinstance(rhs, Value):
-        rhs = constant(np.asarray(rhs, dtype=lhs.type.dtype.numpy))
+        rhs = constant(_scalar(rhs, lhs.type.dtype, "rhs"))
     elif isinstance(rhs, Value) and not isinstance(lhs, Value):
-        lhs = constant(np.asarray(lhs, dtype=rhs.type.dtype.numpy))
+        lhs = constant(_scalar(lhs, rhs.type.dtype, "lhs"))
     return [lhs, rhs]
+
+
+def _scalar(v: Any, dtype: DType, field: str) -> np.ndarray:
+    """A number as a rank-0 array of ``dtype``: floats round to nearest (beyond the range: inf),
+    integer dtypes need the exact value (no wrapping, no truncated fractions)."""
+    if isinstance(v, np.ndarray) and v.ndim == 0:
+        v = v.item()
+    if isinstance(v, (bool, np.bool_)) and dtype != DType.bool or not isinstance(
+            v, (int, float, np.number, bool, np.bool_)):
+        raise VerifyError(f"{field}: expected a value or a number, got {show_value(v, repr)}")
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            a = np.asarray(v, dtype=dtype.numpy)
+    except (OverflowError, ValueError, TypeError):
+        a = None
+    if a is None or (not dtype.is_float and a.item() != v):
+        raise VerifyError(f"{field}: expected a number representable as {dtype}, got "
+                          f"{show_value(v, repr)}")
+    return a
 
 
 def _signature(d: OpDef) -> inspect.Signature:

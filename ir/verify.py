@@ -42,6 +42,8 @@ def _check_node(g: Graph, i: int, n: Node) -> None:
 
 def verify(g: Graph) -> Graph:
     """Raise ``VerifyError`` (with the IR around the bad node) unless the graph is well formed."""
+    if not isinstance(g, Graph):
+        raise VerifyError(f"verify: graph: expected a gradc.Graph, got {type(g).__name__}")
     defined: set[int] = set()
     names: set[str] = set()
     for v in g.inputs:

@@ -47,8 +47,9 @@ class ConstantFold(Pass):
             if any(p is None for p in producers):
                 continue
             args = [np.array(p.attrs["value"]) for p in producers]  # type: ignore[union-attr]
-            consts = [new_node("constant", [], {"value": np.asarray(a)})
-                      for a in evaluate_node(n, args, {})]
+            with np.errstate(all="ignore"):  # inf - inf is NaN here as at run time: no warning
+                values = evaluate_node(n, args, {})
+            consts = [new_node("constant", [], {"value": np.asarray(a)}) for a in values]
             if [c.outputs[0].type for c in consts] != [v.type for v in n.outputs]:
                 continue  # a literal that cannot hold this type exactly: leave the node
             for c in consts:

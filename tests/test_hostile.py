@@ -217,6 +217,22 @@ def test_c6_fused_groups_are_bounded_so_the_c_build_stays_linear():
     assert sum(len(m) for m in groups) >= 590  # still fused, in several loops
 
 
+def test_c6_the_c_entry_is_written_in_parts_so_its_build_stays_linear():
+    from gradc.backends.c.emit import STEPS_PER_PART
+    g = gradc.Graph("g")
+    v = g.input("x", "f64", [2, 3])
+    for _ in range(2 * STEPS_PER_PART + 5):
+        v = ops.neg(ops.relu(v)) if _ % 2 else ops.relu(v)
+    g.output(v, "y")
+    ex = gradc.compile(g, target="c", passes=None)
+    parts = -(-len(g.nodes) // STEPS_PER_PART)  # one step per node here
+    assert parts >= 3
+    assert f"gc_part{parts - 1}(" in ex.source and f"gc_part{parts}(" not in ex.source
+    x = np.array([[-1.0, 2.0, np.nan], [0.5, -0.0, np.inf]])
+    want = gradc.compile(g, target="reference", passes=None)(x=x)["y"]
+    np.testing.assert_array_equal(ex(x=x)["y"], want)
+
+
 def test_c6_relu_chains_collapse_in_linear_rewrites():
     g = gradc.Graph("g")
     v = g.input("x", "f32", [3])

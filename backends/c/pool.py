@@ -37,7 +37,9 @@ from gradc.backends.c.ctypes_map import CType, ctype, literal
 from gradc.backends.c.writer import CWriter
 
 MAX_UNROLL = 64  # windows with more taps use the bounds-checked loop everywhere
-MAX_UNROLL_CODE = 8192  # taps times distinct valid-tap ranges that the unrolled pass may write
+# Taps times distinct valid-tap ranges that the unrolled pass may write: a 3x3 window on any
+# image is 9 ranges x 9 taps; 8192 made 230 KB of C for two tiny 3-D poolings (cc: 18 s).
+MAX_UNROLL_CODE = 512
 MAX_TILE_TAPS = 1024  # taps per window that the tiled store pass may write out
 # The separable pass's per-thread scratch (elements): always allowed up to SEPARABLE_SCRATCH,
 # beyond it at most SEPARABLE_FACTOR times (input plane + output plane + 16 per input row).

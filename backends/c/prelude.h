@@ -29,8 +29,10 @@
 
 #if defined(__GNUC__) || defined(__clang__)
 #define GC_INLINE static inline __attribute__((always_inline))
+#define GC_NOINLINE __attribute__((noinline))
 #else
 #define GC_INLINE static inline
+#define GC_NOINLINE
 #endif
 #define GC_PAR_MIN 32768
 

@@ -47,6 +47,9 @@ def default_cache_dir() -> str:
     return os.path.join(base, "gradc")
 
 
+MAX_THREADS = 4096  # passed to C as an int; more than any machine has
+
+
 class CTarget:
     """The ``"c"`` target (see the module docstring)."""
 
@@ -72,10 +75,17 @@ class CTarget:
             raise GradcError(f"c target: {name}: expected one of cc, threads, cache_dir, "
                              f"openmp, got an unknown option {name}={options[name]!r}")
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
-                                    or threads < 1):
-            raise GradcError(f"c target: threads: expected an int >= 1 or None, got {threads!r}")
-        cc = cc if cc is not None else os.environ.get("CC", "cc")
-        cache_dir = cache_dir if cache_dir is not None else default_cache_dir()
+                                    or not 1 <= threads <= MAX_THREADS):
+            raise GradcError(f"c target: threads: expected an int in [1, {MAX_THREADS}] or "
+                             f"None, got {threads!r}")
+        for name, v in (("cc", cc), ("cache_dir", cache_dir)):
+            if v is not None and not isinstance(v, (str, os.PathLike)):
+                raise GradcError(f"c target: {name}: expected a string or None, got "
+                                 f"{type(v).__name__}")
+        if not isinstance(openmp, bool):
+            raise GradcError(f"c target: openmp: expected a bool, got {type(openmp).__name__}")
+        cc = str(cc) if cc is not None else os.environ.get("CC", "cc")
+        cache_dir = str(cache_dir) if cache_dir is not None else default_cache_dir()
         program = generate(graph, shapes)
         lib = compile_library(program.source, cc, cache_dir, openmp=openmp,
                               name=graph.name)

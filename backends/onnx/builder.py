@@ -214,6 +214,19 @@ class OnnxGraphBuilder:
         return self.compare("Equal", total, self.scalar(0, x.dtype))
 
     # -- small helpers ------------------------------------------------------------------
+    def range(self, n: Dim) -> Tensor:
+        """``Range(0, n, 1)``: the int64 vector 0..n-1, for a static or symbolic n.
+
+        ONNX shape inference sizes a Range of constants in double precision, which is wrong
+        above 2**53 (the checker then rejects the model), so there the limit goes through an
+        Identity that inference does not see through.
+        """
+        i64 = DType.int64
+        limit = self.scalar_dim(n)
+        if isinstance(n, int) and n > 2 ** 53:
+            limit = self.op("Identity", [limit], i64, ())
+        return self.op("Range", [self.scalar(0, i64), limit, self.scalar(1, i64)], i64, (n,))
+
     def cast(self, x: Tensor, dtype: DType) -> Tensor:
         """``Cast`` unless ``x`` already has ``dtype``."""
         if x.dtype == dtype:

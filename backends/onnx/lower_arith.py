@@ -316,7 +316,7 @@ def _scatter_index(gb: OnnxGraphBuilder, k: int, n: int, s: int, st: int) -> Ten
         idx[s + st * np.arange(k, dtype=np.int64)] = np.arange(k, dtype=np.int64)
         return gb.ints(idx.tolist())
     i64 = DType.int64
-    j = gb.op("Range", [gb.scalar(0, i64), gb.scalar(n, i64), gb.scalar(1, i64)], i64, (n,))
+    j = gb.range(n)
     t = gb.binary("Sub", j, gb.scalar(s, i64))
     c = gb.binary("Div", t, gb.scalar(st, i64))  # exact where st divides t
     hit = gb.binary("Equal", gb.binary("Mul", c, gb.scalar(st, i64)), t, DType.bool)

@@ -84,10 +84,7 @@ class _Axis:
     def grid(self) -> Tensor:
         """``Range(0, out)``: the output coordinates, made at run time (long axes)."""
         if self._grid is None:
-            gb = self.gb
-            zero, one = gb.scalar(0, DType.int64), gb.scalar(1, DType.int64)
-            self._grid = gb.op("Range", [zero, gb.scalar(self.out, DType.int64), one],
-                               DType.int64, (self.out,))
+            self._grid = self.gb.range(self.out)
         return self._grid
 
     def mask(self, k: int) -> np.ndarray:
@@ -292,8 +289,7 @@ def _arange(gb: OnnxGraphBuilder, n: Dim, bshape: tuple[int, ...], step: int | T
     shape = tuple(n if b == -1 else 1 for b in bshape)
     if isinstance(n, int) and isinstance(step, int) and n <= MAX_TABLE:
         return gb.const((np.arange(n, dtype=np.int64) * step).reshape(shape), DType.int64)
-    one = gb.scalar(1, DType.int64)
-    r = gb.op("Range", [gb.scalar(0, DType.int64), gb.scalar_dim(n), one], DType.int64, (n,))
+    r = gb.range(n)
     st = step if isinstance(step, Tensor) else gb.scalar(step, DType.int64)
     return gb.reshape(gb.binary("Mul", r, st), shape, list(bshape))
 

@@ -98,8 +98,7 @@ def _shortcut(gb: OnnxGraphBuilder | None, n: Dim, f: tuple) -> list[Tap] | None
 
 
 def _range(gb: OnnxGraphBuilder, n: Dim) -> Tensor:
-    one, zero = gb.scalar(1, I64), gb.scalar(0, I64)
-    return gb.op("Range", [zero, gb.scalar_dim(n), one], I64, (n,))
+    return gb.range(n)
 
 
 def _runtime_taps(gb: OnnxGraphBuilder, nc: Dim, n: Dim, f: tuple) -> list[Tap]:
@@ -201,7 +200,8 @@ def _combine(gb: OnnxGraphBuilder, a: np.ndarray | Tensor | None, b: np.ndarray 
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         if element_count(np.broadcast_shapes(a.shape, b.shape)) <= FOLD_LIMIT:
             with np.errstate(all="ignore"):
-                return (a * b if op == "Mul" else a + b).astype(dtype.numpy)
+                # np.asarray: the product of two rank-0 arrays is a NumPy scalar
+                return np.asarray(a * b if op == "Mul" else a + b, dtype.numpy)
     return gb.binary(op, _tensor(gb, a, dtype), _tensor(gb, b, dtype))
 
 

@@ -191,6 +191,9 @@ def _fold(gb: OnnxGraphBuilder, node: Node, args: list[Tensor]) -> list[Tensor] 
     return [gb.const(np.asarray(a), v.type.dtype) for a, v in zip(out, node.outputs)]
 
 
+MAX_THREADS = 4096  # a thread count beyond any machine (and within onnxruntime's int)
+
+
 class OnnxRunner:
     """Runs an onnxruntime session; feeds and results keyed by the graph's names."""
 
@@ -264,8 +267,9 @@ class OnnxTarget:
             raise VerifyError(f"compile: {unknown[0]}: expected threads or optimize for target "
                               f"'onnx', got an unknown option {unknown[0]}={options[unknown[0]]!r}")
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
-                                    or threads < 1):
-            raise VerifyError(f"compile: threads: expected an int >= 1 or None, got {threads!r}")
+                                    or not 1 <= threads <= MAX_THREADS):
+            raise VerifyError(f"compile: threads: expected an int in [1, {MAX_THREADS}] or None, "
+                              f"got {threads!r}")
         model = to_onnx(graph)
         return Lowered(OnnxRunner(session(model, threads=threads, optimize=optimize), graph),
                        model=model)

@@ -235,13 +235,14 @@ class ReduceSum(OpDef):
         axes = attrs["axes"]
         kept = [i for i in range(x.ndim) if i not in axes]
         acc = {"f": np.float64 if x.dtype == np.float64 else np.float32}.get(x.dtype.kind, x.dtype)
-        k = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+        k = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))  # an array: fits
         flat = np.transpose(x, list(axes) + kept).reshape(k, -1)
         with np.errstate(all="ignore"):
             total = np.cumsum(flat, axis=0, dtype=acc)[-1]  # sequential: canonical order
         shape = tuple(1 if i in axes else x.shape[i] for i in range(x.ndim)
                       if attrs["keepdims"] or i not in axes)
-        return [total.astype(x.dtype).reshape(shape)]
+        with np.errstate(over="ignore"):  # float16 sums beyond its range round to inf
+            return [total.astype(x.dtype).reshape(shape)]
 
     def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
         """y = reduce_sum(x, axes)  =>  dx = broadcast of dy to x's shape."""

@@ -181,13 +181,13 @@ class Checker:
     # -- failures ---------------------------------------------------------------------
     def fail(self, field: str, expected: str, got: object) -> NoReturn:
         """Raise the SPEC.md §1.5 error: ``<op>: <field>: expected <what>, got <given>``."""
-        raise VerifyError(f"{self.op}: {field}: expected {expected}, got {got}")
+        raise VerifyError(f"{self.op}: {field}: expected {expected}, got {show_value(got)}")
 
     def finish(self) -> None:
         """Reject arguments the op does not take."""
         for k in self.raw:
             if k not in self.attrs:
-                self.fail(k, "no such argument", repr(self.raw[k]))
+                self.fail(k, "no such argument", show_value(self.raw[k], repr))
 
     # -- tensors ----------------------------------------------------------------------
     def t(self, operand: str) -> TensorType:
@@ -227,7 +227,7 @@ class Checker:
         for a in axes:
             d = shape[a]
             if isinstance(d, str):
-                self.fail(f"{operand}.shape[{a}]", "a static size", repr(d))
+                self.fail(f"{operand}.shape[{a}]", "a static size", show_value(d, repr))
             out.append(d)
         return tuple(out)
 
@@ -276,7 +276,7 @@ class Checker:
         if isinstance(v, np.ndarray):
             v = v.tolist()
         if not isinstance(v, (list, tuple)):
-            self.fail(name, "a list of numbers", repr(v))
+            self.fail(name, "a list of numbers", show_value(v, repr))
         if length is not None and len(v) != length:
             self.fail(name, f"{length} values (one per axis)", f"{len(v)} values")
         return list(v)
@@ -291,7 +291,7 @@ class Checker:
         vals = self._seq(name, self._get(name, default, length), length)
         for i, v in enumerate(vals):
             if not _is_int(v):
-                self.fail(f"{name}[{i}]", "an integer", repr(v))
+                self.fail(f"{name}[{i}]", "an integer", show_value(v, repr))
             if not INT64_MIN <= int(v) <= INT64_MAX:
                 self.fail(f"{name}[{i}]", "an integer in int64's range", int(v))
             if lo is not None and int(v) < lo:
@@ -305,7 +305,7 @@ class Checker:
         vals = self._seq(name, self._get(name, default), None)
         for i, v in enumerate(vals):
             if not (_is_int(v) or (isinstance(v, str) and v)):
-                self.fail(f"{name}[{i}]", "an integer or a symbol name", repr(v))
+                self.fail(f"{name}[{i}]", "an integer or a symbol name", show_value(v, repr))
             if _is_int(v) and not -1 <= int(v) <= MAX_DIM:
                 self.fail(f"{name}[{i}]", "an integer in [-1, 2**63 - 1] or a symbol name",
                           int(v))
@@ -320,12 +320,12 @@ class Checker:
         out = []
         for i, v in enumerate(vals):
             if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number)):
-                self.fail(f"{name}[{i}]", "a real number", repr(v))
+                self.fail(f"{name}[{i}]", "a real number", show_value(v, repr))
             f = _round_to(np.float32, v)
             if not math.isfinite(f):
-                self.fail(f"{name}[{i}]", "a finite float32", f"{v!r} (rounds to {f})")
+                self.fail(f"{name}[{i}]", "a finite float32", f"{show_value(v)} (rounds to {f})")
             if positive and not f > 0:
-                self.fail(f"{name}[{i}]", "a finite float32 > 0", repr(v))
+                self.fail(f"{name}[{i}]", "a finite float32 > 0", show_value(v))
             out.append(f)
         self.attrs[name] = tuple(out)
         return tuple(out)
@@ -334,7 +334,7 @@ class Checker:
         """One of the given lowercase names."""
         v = self._get(name, default)
         if not isinstance(v, str) or v not in options:
-            self.fail(name, " or ".join(f'"{o}"' for o in options), repr(v))
+            self.fail(name, " or ".join(f'"{o}"' for o in options), show_value(v, repr))
         self.attrs[name] = v
         return v
 
@@ -342,7 +342,7 @@ class Checker:
         """A bool."""
         v = self._get(name, default)
         if not isinstance(v, (bool, np.bool_)):
-            self.fail(name, "a bool", repr(v))
+            self.fail(name, "a bool", show_value(v, repr))
         self.attrs[name] = bool(v)
         return bool(v)
 
@@ -352,7 +352,7 @@ class Checker:
         if isinstance(v, np.ndarray) and v.ndim == 0:
             v = v.item()
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number)):
-            self.fail(name, f"a number convertible to {dtype}", repr(v))
+            self.fail(name, f"a number convertible to {dtype}", show_value(v, repr))
         if dtype.is_float:
             if v != v:
                 self.fail(name, f"a number convertible to {dtype} (not NaN)", "nan")
@@ -360,7 +360,7 @@ class Checker:
         else:
             info = np.iinfo(dtype.numpy)
             if isinstance(v, (float, np.floating)) and not float(v).is_integer():
-                self.fail(name, f"an integral value for {dtype}", repr(v))
+                self.fail(name, f"an integral value for {dtype}", show_value(v, repr))
             iv = int(v)
             if not info.min <= iv <= info.max:
                 self.fail(name, f"a value in [{info.min}, {info.max}] for {dtype}", iv)
@@ -374,7 +374,7 @@ class Checker:
         try:
             d = DType.of(v)
         except VerifyError:
-            self.fail(name, "a dtype name", repr(v))
+            self.fail(name, "a dtype name", show_value(v, repr))
         self.attrs[name] = d
         return d
 
@@ -440,6 +440,24 @@ def apply(op: str, *inputs: Value, **attrs: Any) -> Any:
 
 
 OpBuilder = Callable[..., Any]
+
+
+def show_value(v: object, fmt: Callable[[object], str] = str, limit: int = 200) -> str:
+    """A value for an error message: huge integers by their size (Python refuses to print
+    one of more than 4,300 digits), anything else shortened to ``limit`` characters."""
+    if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
+        n = int(v)
+        return str(n) if abs(n) < 10 ** 40 else f"an integer of {n.bit_length()} bits"
+    if isinstance(v, (list, tuple)):
+        inner = ", ".join(show_value(x, fmt, limit) for x in v[:64])
+        text = f"[{inner}{', ...' if len(v) > 64 else ''}]" if isinstance(v, list) else \
+            f"({inner}{',' if len(v) == 1 else ''}{', ...' if len(v) > 64 else ''})"
+    else:
+        try:
+            text = fmt(v)
+        except ValueError:  # an object holding a huge int
+            text = f"<{type(v).__name__}>"
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _round_to(ftype: Any, v: Any) -> float:

@@ -30,6 +30,14 @@ static int k0(const int64_t *restrict S, int nt, float *restrict p0, const float
   return 0;
 }
 
+GC_NOINLINE static int gc_part0(const int64_t *S, void *const *A, int nt, void **B) {
+  int rc = 0;
+  (void)S; (void)A; (void)nt; (void)B;
+  rc = k0(S, nt, (float *)A[3], (const float *)A[0], (const float *)A[2], (const float *)A[1]);
+  if (rc) return rc;
+  return rc;
+}
+
 int gradc_entry(const int64_t *S, void *const *A, int nt) {
   int rc = 0;
 #ifdef _OPENMP
@@ -37,8 +45,12 @@ int gradc_entry(const int64_t *S, void *const *A, int nt) {
 #else
   nt = 1;
 #endif
-  rc = k0(S, nt, (float *)A[3], (const float *)A[0], (const float *)A[2], (const float *)A[1]);
+  void **B = (void **)calloc(1, sizeof(void *));
+  if (!B) return 1;
+  rc = gc_part0(S, A, nt, B);
   if (rc) goto done;
 done:
+  for (int64_t i = 0; i < 0; i++) free(B[i]);
+  free(B);
   return rc;
 }
