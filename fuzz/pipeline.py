@@ -1,0 +1,306 @@
+"""The stages every accepted graph goes through, and the properties checked between them.
+
+``check_graph(g, options)`` runs, in order: verify; print -> parse round trip (the text parses,
+gives an equal graph, prints the same); optimize (and the optimized graph's round trip); grad
+(and its round trip, and now and then the whole pipeline on it); ``to_onnx`` (``onnx.checker``
+full check, and ``from_onnx`` gives the graph back); now and then one public entry point called
+with a bad argument (``hostile_api_call``); ``artifact`` for one target; compile on
+each target (after the default passes, none, or a random list of passes); and, when every
+tensor is small, a run on random inputs with the outputs compared between targets (``numpy``
+and ``c`` bit for bit with the reference, ``onnx`` within the tolerance of ``gradc check``) and
+the inputs checked to be left unchanged. A ``GradcError`` at a stage is a refusal: that stage's
+dependants are skipped and the refusal is reported; anything else propagates as a crash or a
+``Finding``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+import gradc
+import gradc.api
+import gradc.backends
+import gradc.passes
+from gradc.errors import GradcError
+from gradc.ir.core import Graph, structurally_equal
+from gradc.ir.parser import parse
+from gradc.ir.verify import verify
+
+from fuzz.common import Finding
+from fuzz.graphgen import random_array
+
+RUN_LIMIT = 200_000  # run on random inputs only when every tensor together is this small
+TARGETS = ("reference", "numpy", "c", "onnx")
+C_MAX_NODES = 300  # graphs compiled for C (see check_graph)
+
+
+class Stages:
+    """Records the first stage that refused (a GradcError) while the pipeline goes on."""
+
+    def __init__(self) -> None:
+        self.refused: str | None = None
+
+    def run(self, name: str, fn: Callable[[], Any]) -> Any:
+        """``fn()``, or None when it raises a GradcError (then the stage is noted)."""
+        try:
+            return fn()
+        except GradcError:
+            if self.refused is None:
+                self.refused = name
+            return None
+
+    @property
+    def status(self) -> str:
+        """``ok`` or ``refused:<first stage>``."""
+        return "ok" if self.refused is None else f"refused:{self.refused}"
+
+
+def _op_at(text: str, line: int) -> str:
+    lines = text.split("\n")
+    if not 1 <= line <= len(lines):
+        return "?"
+    m = re.search(r"= ([A-Za-z_]+)\(", lines[line - 1])
+    if m:
+        return m.group(1)
+    s = lines[line - 1].strip()
+    return "graph header" if s.startswith("graph") else s.split(" ")[0][:20] or "?"
+
+
+def _difference(a: Graph, b: Graph) -> str:
+    from gradc.ir import core
+
+    fn = getattr(core, "_structure_difference", None)
+    return (fn(a, b) if fn else None) or "structurally different"
+
+
+def roundtrip(g: Graph, what: str) -> Graph:
+    """Check that ``parse(str(g))`` equals ``g`` and prints the same; returns the parsed graph."""
+    text = str(g)
+    try:
+        g2 = parse(text)
+    except GradcError as e:
+        line = getattr(e, "line", 0)
+        raise Finding("roundtrip", f"{what}:reparse:{_op_at(text, line)}",
+                      f"{what}: the printed graph does not parse back: {e}") from None
+    if not structurally_equal(g, g2):
+        why = _difference(g, g2)
+        m = re.match(r"node \d+ \((\w+)\): (\w+)", why)
+        where = f"{m.group(1)}:{m.group(2)}" if m else re.sub(r"[%\d'\"].*", "", why)[:40]
+        raise Finding("roundtrip", f"{what}:unequal:{where}",
+                      f"{what}: parse(str(g)) differs from g: {why}")
+    text2 = str(g2)
+    if text2 != text:
+        raise Finding("roundtrip", f"{what}:reprint",
+                      f"{what}: str(parse(str(g))) differs from str(g)")
+    return g2
+
+
+def symbols_of(g: Graph) -> list[str]:
+    """The symbolic dims of a graph's inputs, in order of first use."""
+    out: dict[str, None] = {}
+    for v in g.inputs:
+        for d in v.type.shape:
+            if isinstance(d, str):
+                out.setdefault(d)
+    return list(out)
+
+
+def total_elements(g: Graph, bind: Mapping[str, int]) -> int:
+    """Elements of every input and node result together (symbols bound; unbound count 2)."""
+    total = 0
+    for v in g.values():
+        total += math.prod(bind.get(d, 2) if isinstance(d, str) else d for d in v.type.shape)
+    return total
+
+
+def feeds_for(g: Graph, bind: Mapping[str, int], rng: random.Random) -> dict[str, np.ndarray]:
+    """Random input arrays with special values (NaN payloads, infinities, -0.0, extremes)."""
+    return {v.name: random_array(rng, [bind.get(d, 2) if isinstance(d, str) else d
+                                       for d in v.type.shape], v.type.dtype.value)
+            for v in g.inputs}
+
+
+def identical(got: np.ndarray, ref: np.ndarray) -> bool:
+    """Same shape, dtype and bits, except that NaNs may differ in payload."""
+    if got.shape != ref.shape or got.dtype != ref.dtype:
+        return False
+    if ref.dtype.kind != "f":
+        return bool(np.array_equal(got, ref))
+    bits = np.dtype(f"u{ref.dtype.itemsize}")
+    same = got.view(bits) == ref.view(bits)
+    return bool((same | (np.isnan(got) & np.isnan(ref))).all())
+
+
+def close(got: np.ndarray, ref: np.ndarray) -> bool:
+    """Within ``gradc check``'s whole-graph tolerance for inexact targets."""
+    if got.shape != ref.shape or got.dtype != ref.dtype:
+        return False
+    if ref.dtype.kind != "f":
+        return bool(np.array_equal(got, ref))
+    with np.errstate(all="ignore"):
+        g, r = got.astype(np.float64), ref.astype(np.float64)
+        if not (np.isnan(g) == np.isnan(r)).all() or not (np.isinf(r) <= (g == r)).all():
+            return False
+        fin = np.isfinite(r) & np.isfinite(g)
+        err = float(np.abs(g[fin] - r[fin]).max(initial=0.0))
+        info = np.finfo(ref.dtype)
+        return err <= 64 * float(info.eps) * float(np.abs(r[fin]).max(initial=0.0)) + float(
+            info.tiny)
+
+
+def compare(target: str, out: Mapping[str, Any], ref: Mapping[str, np.ndarray]) -> None:
+    """Raise a ``mismatch`` Finding when a target's outputs differ from the reference's."""
+    if set(out) != set(ref):
+        raise Finding("mismatch", f"{target}:outputs",
+                      f"{target}: outputs {sorted(out)} against the reference's {sorted(ref)}")
+    exact = gradc.backends.TARGETS[target].exact
+    for name, want in ref.items():
+        got = out[name]
+        if type(got) is not np.ndarray:
+            raise Finding("mismatch", f"{target}:type",
+                          f"{target}: output {name!r} is a {type(got).__name__}")
+        if got.shape != want.shape or got.dtype != want.dtype:
+            raise Finding("mismatch", f"{target}:shape",
+                          f"{target}: output {name!r} is {got.dtype}{list(got.shape)}, the "
+                          f"reference's {want.dtype}{list(want.shape)}")
+        if not (identical(got, want) if exact else close(got, want)):
+            g, w = got.reshape(-1), want.reshape(-1)
+            bad = [i for i in range(g.size) if not identical(g[i:i + 1], w[i:i + 1])]
+            at = bad[0] if bad else 0
+            raise Finding("mismatch", f"{target}:{want.dtype}",
+                          f"{target}: output {name!r} ({want.dtype}{list(want.shape)}) differs "
+                          f"from the reference at flat index {at} ({len(bad)} elements): "
+                          f"{g[at] if g.size else '?'} against {w[at] if w.size else '?'}")
+
+
+def check_graph(g: Graph, opts: Mapping[str, Any], stages: Stages | None = None) -> str:
+    """Run every stage on a graph that was accepted (parsed, imported or built)."""
+    st = stages or Stages()
+    seed = opts.get("seed", 0)
+
+    def stream(stage: str) -> random.Random:
+        # one stream per stage: a stage added later leaves the others' choices as they were,
+        # so stored cases replay the same way
+        return random.Random(f"{seed}:{stage}")
+
+    rng = stream("targets")
+    if st.run("verify", lambda: verify(g) or True) is None:
+        return st.status
+    roundtrip(g, "graph")
+    opt = st.run("optimize", lambda: gradc.optimize(g))
+    if opt is not None:
+        st.run("verify-optimized", lambda: verify(opt.graph))
+        roundtrip(opt.graph, "optimized")
+    if opts.get("grad", True) and any(v.type.dtype.is_float for v in g.inputs) \
+            and any(v.type.dtype.is_float for v in g.outputs):
+        t = st.run("grad", lambda: gradc.grad(g))
+        if t is not None:
+            st.run("verify-grad", lambda: verify(t))
+            roundtrip(t, "grad")
+            rg = stream("grad")
+            if rg.random() < 0.3:  # the training graph through the targets too
+                check_graph(t, {**opts, "grad": False, "onnx_export": False, "api": False,
+                                "seed": rg.getrandbits(32)}, st)
+    if opts.get("onnx_export", True):
+        check_export(g, st)
+    ra = stream("api")
+    if opts.get("api", False) and ra.random() < 0.3:
+        hostile_api_call(g, ra, st)
+    syms = symbols_of(g)
+    bind = {s: rng.choice((1, 2, 3)) for s in syms}
+    shapes = bind if rng.random() < 0.5 else {}
+    # C builds take about 15 ms of the C compiler per kernel (linear in the graph), so a big
+    # unfused graph would spend the per-input timeout in cc: those are left to the other targets.
+    c_ok = opts.get("c", False) and len(g.nodes) <= C_MAX_NODES
+    targets = [t for t in TARGETS if t != "c" or c_ok]
+    if rng.random() < 0.3:
+        art = rng.choice(["numpy", "onnx"] + (["c"] if "c" in targets else []))
+        st.run(f"artifact:{art}", lambda: gradc.api.artifact(g, art, shapes=shapes))
+    exes = {}
+    names = sorted(gradc.passes.PASSES)
+    for t in targets:
+        passes: Any = None if t == "reference" or rng.random() < 0.2 else "default"
+        if passes and rng.random() < 0.25:  # another pipeline: passes in any order, repeated
+            passes = [rng.choice(names) for _ in range(rng.randint(1, 6))]
+        exe = st.run(f"compile:{t}",
+                     lambda: gradc.compile(g, target=t, passes=passes, shapes=shapes))
+        if exe is not None:
+            exes[t] = exe
+    if "reference" not in exes or total_elements(g, bind) > RUN_LIMIT:
+        return st.status
+    feeds = feeds_for(g, bind, stream("feeds"))
+    keep = {k: v.copy() for k, v in feeds.items()}
+    ref = st.run("run:reference", lambda: exes["reference"](**feeds))
+    if ref is None:
+        return st.status
+    for t, exe in exes.items():
+        if t == "reference":
+            continue
+        out = st.run(f"run:{t}", lambda: exe(**feeds))
+        for k, v in keep.items():
+            if not identical(feeds[k], v):
+                raise Finding("input-modified", t, f"{t}: the call changed input {k!r}")
+        if out is not None:
+            compare(t, out, ref)
+    return st.status
+
+
+def hostile_api_call(g: Graph, rng: random.Random, st: Stages) -> None:
+    """One public entry point called with a bad argument: a GradcError, or success, is fine."""
+    names = [v.name for v in g.inputs]
+    sym = (symbols_of(g) or ["N"])[0]
+    text = str(g)
+    shapes: Any = rng.choice(({sym: 0}, {sym: -1}, {sym: 2 ** 70}, {sym: True}, {sym: 1.5},
+                         {sym: "2"}, {1: 2}, {sym: np.int64(3)}, {"zz": 2}, [(sym, 2)], sym))
+    target: Any = rng.choice(("C", "", "bogus", None, 3, "reference ", "onnx\x00"))
+    passes: Any = rng.choice(("bogus", "", [None], ["cse", "bogus"], 5, ["default"], "cse,dce",
+                         ["dce"] * 50, ("cse",), "none"))
+    option: dict[str, Any] = {rng.choice(("threads", "bogus", "cc")):
+                              rng.choice((0, -1, 2 ** 40, "x", None))}
+    opt_passes: Any = rng.choice(("bogus", "", [None], 7, ["fuse-elementwise"] * 3,
+                             "canonicalize,canonicalize"))
+    wrt: Any = rng.choice(([], ["bogus"], names[:1] * 2, list(reversed(names)), "x", [None], [3],
+                      names))
+    text_arg: Any = rng.choice((text.encode(), None, 5, [text], text + "\x00", text * 2))
+    model_arg: Any = rng.choice((None, 5, "", ".", "/", "\x00", bytearray(b"\x08\x07"),
+                            memoryview(b""), b"", text, object()))
+    calls: list[tuple[str, Callable[[], Any]]] = [
+        ("compile:shapes", lambda: gradc.compile(g, target="numpy", shapes=shapes)),
+        ("compile:target", lambda: gradc.compile(g, target=target)),
+        ("compile:passes", lambda: gradc.compile(g, target="reference", passes=passes)),
+        ("compile:options", lambda: gradc.compile(
+            g, target=rng.choice(("c", "onnx", "numpy")), **option)),
+        ("optimize:passes", lambda: gradc.optimize(g, passes=opt_passes)),
+        ("grad:wrt", lambda: gradc.grad(g, wrt)),
+        ("parse:type", lambda: gradc.parse(text_arg)),
+        ("from_onnx:type", lambda: gradc.from_onnx(model_arg)),
+        ("to_onnx:type", lambda: gradc.to_onnx(rng.choice((None, text, 5)))),  # type: ignore
+        ("artifact:target", lambda: gradc.api.artifact(g, rng.choice(("reference", "bogus",
+                                                                      "C", "onnx")))),
+    ]
+    name, fn = rng.choice(calls)
+    st.run(f"api:{name}", fn)
+
+
+def check_export(g: Graph, st: Stages) -> None:
+    """``to_onnx``: the model passes ``onnx.checker`` and imports back as the same graph."""
+    import onnx
+
+    model = st.run("to_onnx", lambda: gradc.to_onnx(g))
+    if model is None:
+        return
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except Exception as e:  # the checker raises ValidationError, InferenceError, ...
+        raise Finding("onnx-invalid", "to_onnx",
+                      f"to_onnx: the model fails onnx.checker: {type(e).__name__}: "
+                      f"{str(e).splitlines()[0] if str(e) else ''}") from None
+    back = st.run("from_onnx(to_onnx)", lambda: gradc.from_onnx(model.SerializeToString()))
+    if back is not None and not structurally_equal(back, g):
+        raise Finding("roundtrip", "from_onnx(to_onnx(g))",
+                      f"from_onnx(to_onnx(g)) differs from g: {_difference(g, back)}")
