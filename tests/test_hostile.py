@@ -447,3 +447,18 @@ def test_errors_are_all_gradc_errors():
     for cls in (InputError, ParseError, ResourceError, UnsupportedError, VerifyError):
         assert issubclass(cls, GradcError)
     assert gradc.ResourceError is ResourceError
+
+
+def test_onnx_session_of_a_graph_with_huge_static_values_is_made_at_the_first_call():
+    # onnxruntime's optimizers do work that grows with such tensors (a graph of 40 GB values
+    # took a minute to open); the call is refused before it is needed.
+    g = gradc.Graph("g")
+    g.output(ops.relu(g.input("x", "f32", [2 ** 40])), "y")
+    ex = gradc.compile(g, target="onnx")
+    assert ex._runner.session is None  # type: ignore[attr-defined]
+    with pytest.raises(ResourceError, match=r"%\w+: f32\[1099511627776\] needs"):
+        ex(x=np.broadcast_to(np.float32(1), (2 ** 40,)))
+    small = gradc.Graph("s")
+    small.output(ops.relu(small.input("x", "f32", [4])), "y")
+    ex = gradc.compile(small, target="onnx")
+    assert ex._runner.session is not None  # type: ignore[attr-defined]

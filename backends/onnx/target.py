@@ -61,7 +61,8 @@ onnxruntime folds escapes that check. ``build`` also turns NoopElimination off.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import functools
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import onnx
@@ -197,14 +198,17 @@ MAX_THREADS = 4096  # a thread count beyond any machine (and within onnxruntime'
 class OnnxRunner:
     """Runs an onnxruntime session; feeds and results keyed by the graph's names."""
 
-    def __init__(self, session: Any, graph: Graph) -> None:
-        self.session = session
+    def __init__(self, session: Any, graph: Graph, make: Callable[[], Any] | None = None) -> None:
+        self.session = session  # None: made by ``make`` at the first call
+        self._make = make
         self.inputs = [v.name for v in graph.inputs]
         self.outputs = [v.name for v in graph.outputs]
 
     def __call__(self, arrays: Mapping[str, np.ndarray],
                  bindings: Mapping[str, int]) -> dict[str, np.ndarray]:
         feeds = {n: np.require(arrays[n], requirements="C") for n in self.inputs}
+        if self.session is None and self._make is not None:
+            self.session = self._make()
         try:
             return dict(zip(self.outputs, self.session.run(self.outputs, feeds)))
         except MemoryError:
@@ -271,8 +275,21 @@ class OnnxTarget:
             raise VerifyError(f"compile: threads: expected an int in [1, {MAX_THREADS}] or None, "
                               f"got {threads!r}")
         model = to_onnx(graph)
-        return Lowered(OnnxRunner(session(model, threads=threads, optimize=optimize), graph),
-                       model=model)
+        make = functools.partial(session, model, threads=threads, optimize=optimize)
+        if _largest_static_bytes(graph) > LAZY_SESSION_BYTES:
+            return Lowered(OnnxRunner(None, graph, make), model=model)
+        return Lowered(OnnxRunner(make(), graph), model=model)
+
+
+# onnxruntime's graph optimizers do work that grows with the tensors they see (it constant-folds
+# up to 1 GiB per node): a graph holding a larger static value gets its session at the first
+# call, after the Executable has checked that the call's values fit in memory at all.
+LAZY_SESSION_BYTES = 1 << 30
+
+
+def _largest_static_bytes(graph: Graph) -> int:
+    values = list(graph.inputs) + [v for n in graph.nodes for v in n.outputs]
+    return max((v.type.nbytes or 0 for v in values), default=0)
 
 
 TARGET = OnnxTarget()

@@ -516,6 +516,23 @@ def execute(payload: dict[str, Any]) -> str:
     return status
 
 
+def _known_divergence(data: bytes) -> bool:
+    """Models where onnxruntime departs from the ONNX formula that gradc follows on purpose:
+    linear Resize with tf_half_pixel_for_nn, whose scale-1 axes onnxruntime copies unchanged
+    (SPEC.md §7.5; tests/test_onnx_import.py::test_resize_linear)."""
+    try:
+        model = onnx.load_from_string(data)
+    except Exception:  # not a model onnx reads: nothing to compare anyway
+        return True
+    for node in model.graph.node:
+        if node.op_type == "Resize":
+            a = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
+            if a.get("coordinate_transformation_mode") == b"tf_half_pixel_for_nn" and \
+                    a.get("mode", b"nearest") != b"nearest":
+                return True
+    return False
+
+
 def compare_onnxruntime(data: bytes, g: gradc.Graph, seed: int) -> None:
     """onnxruntime on the original model against gradc's reference target on the import."""
     import onnxruntime as ort
@@ -524,7 +541,7 @@ def compare_onnxruntime(data: bytes, g: gradc.Graph, seed: int) -> None:
 
     rng = random.Random(seed)
     bind = {s: 2 for s in symbols_of(g)}
-    if total_elements(g, bind) > 100_000:
+    if total_elements(g, bind) > 100_000 or _known_divergence(data):
         return
     try:
         sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
