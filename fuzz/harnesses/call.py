@@ -175,8 +175,11 @@ def make_arg(kind: str, base: np.ndarray, sym_axes: list[int], seed: int) -> Any
         return base.astype(base.dtype.newbyteorder())
     if kind == "wrong_rank":
         return base[None]
-    if kind == "wrong_shape":
-        return np.zeros(tuple(d + 1 for d in base.shape) or (2,), base.dtype)
+    if kind == "wrong_shape":  # a static dim off by one (a symbolic one may take any size)
+        static = [i for i in range(base.ndim) if i not in sym_axes]
+        if not static:
+            return base[None]
+        return np.zeros(tuple(d + (i in static) for i, d in enumerate(base.shape)), base.dtype)
     if kind == "zero_dim":
         return np.asarray(base.reshape(-1)[0] if base.size else 0, base.dtype)
     if kind == "empty":
