@@ -519,14 +519,19 @@ def execute(payload: dict[str, Any]) -> str:
 def _known_divergence(data: bytes) -> bool:
     """Models where onnxruntime departs from the ONNX formula that gradc follows on purpose:
     linear Resize with tf_half_pixel_for_nn, whose scale-1 axes onnxruntime copies unchanged
-    (SPEC.md §7.5; tests/test_onnx_import.py::test_resize_linear)."""
+    (SPEC.md §7.5; tests/test_onnx_import.py::test_resize_linear), and MaxPool with ceil_mode
+    and an auto_pad other than NOTSET, where onnxruntime adds a window (SPEC.md §7.4;
+    test_onnxruntime_disagreements_follow_spec)."""
     try:
         model = onnx.load_from_string(data)
     except Exception:  # not a model onnx reads: nothing to compare anyway
         return True
     for node in model.graph.node:
+        a = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
+        if node.op_type == "MaxPool" and a.get("ceil_mode", 0) and \
+                a.get("auto_pad", b"NOTSET") != b"NOTSET":
+            return True
         if node.op_type == "Resize":
-            a = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
             if a.get("coordinate_transformation_mode") == b"tf_half_pixel_for_nn" and \
                     a.get("mode", b"nearest") != b"nearest":
                 return True
