@@ -28,6 +28,8 @@ from gradc.errors import GradcError
 from gradc.ir.core import Graph, Value
 from gradc.ir.types import DType, TensorType
 
+from fuzz.graphgen_training import MAKERS, TrainingOpsMixin
+
 INT_EDGES: tuple[int, ...] = (
     0, -1, 1, 2, 3, 2 ** 24, 2 ** 31 - 1, 2 ** 31, 2 ** 32, 2 ** 40, 2 ** 53 + 1, 2 ** 62,
     2 ** 63 - 1, 2 ** 63, 2 ** 64, -2 ** 31, -2 ** 63, -2 ** 63 - 1)
@@ -98,9 +100,17 @@ class Recorder:
 
     def op(self, op: str, operands: Sequence[Any], attrs: dict[str, Any]) -> tuple[Value, ...]:
         """Apply one builder; operands are values or numbers. () when refused."""
-        refs = [self.index[id(v)] if isinstance(v, Value) else ("num", v) for v in operands]
+        refs = [self._ref(v) for v in operands]
         out = self._run(("op", op, refs, dict(attrs)), False)
         return () if out is None else out
+
+    def _ref(self, v: Any) -> Any:
+        """A value's index; a list of values as ("list", indices); a number as ("num", v)."""
+        if isinstance(v, Value):
+            return self.index[id(v)]
+        if isinstance(v, (list, tuple)) and v and all(isinstance(x, Value) for x in v):
+            return ("list", [self.index[id(x)] for x in v])
+        return ("num", v)
 
     def output(self, v: Value, name: str | None) -> None:
         """Mark an output (skipped when refused)."""
@@ -116,7 +126,8 @@ def apply_step(g: Graph, values: list[Value], step: tuple[Any, ...] | list[Any])
         return v
     if kind == "op":
         _, op, refs, attrs = step
-        operands = [r[1] if isinstance(r, (tuple, list)) else values[r] for r in refs]
+        operands = [values[r] if not isinstance(r, (tuple, list)) else
+                    [values[i] for i in r[1]] if r[0] == "list" else r[1] for r in refs]
         if op == "constant":
             out = ops.constant(attrs["value"], graph=g)
         else:
@@ -140,7 +151,7 @@ def replay(program: dict[str, Any]) -> Graph:
 
 
 # -- the generator ---------------------------------------------------------------------------------
-class GraphGen:
+class GraphGen(TrainingOpsMixin):
     """Grows one random graph; ``edge`` is the chance that an attribute gets a boundary value."""
 
     def __init__(self, rng: random.Random, edge: float = 0.08, huge: float = 0.04,
@@ -267,12 +278,14 @@ class GraphGen:
             (self.max_pooling_grad, 4), (self.resample, 4), (self.resample_grad, 4),
             (self.constant, 3),
         ]
+        makers += [(getattr(self, m), w) for m, w, needs in MAKERS
+                   if all(hasattr(ops, op) for op in needs)]
         fns, weights = zip(*makers)
         self.rng.choices(fns, weights)[0]()
 
     def emit(self, op: str, operands: Sequence[Any], attrs: dict[str, Any]) -> None:
         """Apply a builder and keep the results in the pool."""
-        if any(x is None for x in operands):
+        if any(x is None or (isinstance(x, list) and None in x) for x in operands):
             return
         self.pool.extend(self.rec.op(op, operands, attrs))
 
