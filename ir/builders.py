@@ -55,12 +55,21 @@ def _scalar(v: Any, dtype: DType, field: str) -> np.ndarray:
 
 def _signature(d: OpDef) -> inspect.Signature:
     kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
-    params = [inspect.Parameter(o, kind) for o in d.operands]
+    params = [inspect.Parameter(o, kind, default=None) if o in d.optional_operands
+              else inspect.Parameter(o, kind) for o in d.operands]
     for a in d.attributes:
         plain = a.default if isinstance(a.default, (bool, int, float, str)) else None
         default = inspect.Parameter.empty if a.required else plain
         params.append(inspect.Parameter(a.name, kind, default=default))
     return inspect.Signature(params)
+
+
+def _sequence(d: OpDef, seq: Any) -> list[Any]:
+    """The values of a variadic operand (``join([a, b], ...)``); VerifyError for a non-sequence."""
+    if not isinstance(seq, (list, tuple)):
+        raise VerifyError(f"{d.name}: {d.operands[0]}: expected a sequence of values, got "
+                          f"{show_value(seq, lambda v: type(v).__name__)}")
+    return list(seq)
 
 
 def make_builder(d: OpDef) -> Callable[..., Any]:
@@ -71,10 +80,16 @@ def make_builder(d: OpDef) -> Callable[..., Any]:
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
         operands = [bound.arguments[o] for o in d.operands]
+        while operands and operands[-1] is None and d.operands[len(operands) - 1] in \
+                d.optional_operands:  # an omitted optional operand: the node has no input
+            operands.pop()
+        if d.variadic:  # the one operand is a sequence of values: the node's inputs
+            operands = _sequence(d, operands[0])
         if d.promote_scalars:
             operands = promote_scalars(*operands)
         attrs = {a.name: bound.arguments[a.name] for a in d.attributes}
-        return make_node(d.name, operands, attrs)
+        out = make_node(d.name, operands, attrs)
+        return (out,) if d.tuple_results and isinstance(out, Value) else out
 
     build.__name__ = build.__qualname__ = d.name
     build.__doc__ = (type(d).__doc__ or d.name).strip()

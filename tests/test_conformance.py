@@ -499,3 +499,32 @@ def test_onnx_import_agrees_with_onnxruntime(case):
     g = gradc.from_onnx(model)
     got = gradc.compile(g, target="reference", passes=None)(x=x)
     assert_bits(got[g.outputs[0].name], want)
+
+
+def test_onnxruntime_skips_float16_rounding_before_ops_without_float16_kernels():
+    """docs/conformance.md, "Float16 intermediates": gradc writes Cast(float32 -> float16) to
+    round an add, onnxruntime removes it before the relu's Greater/Where (no float16 kernels)."""
+    g = gradc.Graph("g")
+    x = g.input("x", "float16", [2])
+    c = ops.constant(np.array([-0.5, 1.0], np.float16), graph=g)
+    g.output(ops.mul(ops.relu(ops.add(x, x)), c), "y")
+    xs = np.array([40000, 1.5], np.float16)
+    want = gradc.compile(g, target="reference")(x=xs)["y"]
+    got = gradc.compile(g, target="onnx")(x=xs)["y"]
+    assert want[0] == -np.inf and got[0] == np.float16(-40000), (want, got)
+    assert want[1] == got[1] == 3.0
+
+
+def test_float64_strided_backward_convolution_onnx_nan():
+    """docs/conformance.md, "Convolution": the float64 ONNX lowering multiplies zero-upsampled
+    inputs by each tap, so a position no tap reaches is 0 * inf (found by the fuzzer)."""
+    g = gradc.parse('''graph g(%x: f64[1,1,2], %w: f64[1,1,1]) {
+  %y = convolution(%x, %w) {direction = "backward", strides = [2]} : f64[1,1,3]
+  return %y
+}''')
+    x, w = np.array([[[1.0, 2.0]]]), np.array([[[np.inf]]])
+    for t in ("reference", "numpy", "c"):
+        np.testing.assert_array_equal(gradc.compile(g, target=t)(x=x, w=w)["y"],
+                                      [[[np.inf, 0.0, np.inf]]])
+    got = gradc.compile(g, target="onnx")(x=x, w=w)["y"]
+    assert np.isinf(got[0, 0, 0]) and np.isnan(got[0, 0, 1]) and np.isinf(got[0, 0, 2])

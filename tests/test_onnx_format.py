@@ -34,6 +34,13 @@ from gradc.backends.onnx.import_node import CONVERTERS  # noqa: E402
 from gradc.backends.onnx import importer  # noqa: E402,F401  (registers the converters)
 from gradc.ir.types import DType  # noqa: E402
 from onnx_import_helpers import c64, cross_check, distinct, make, resize_model, unary  # noqa: E402
+from test_elementwise_math_onnx import MATH_CASES  # noqa: E402
+from training_onnx_cases import dropout_case, nll_case, sce_case  # noqa: E402
+from import_shape_cases import SHAPE_CASES  # noqa: E402
+from movement_onnx_cases import MOVEMENT_CASES  # noqa: E402
+from gemm_onnx_cases import GEMM_CASES  # noqa: E402
+from reduce_onnx_cases import REDUCE_CASES  # noqa: E402
+from test_batch_norm_onnx import BN_CASES  # noqa: E402
 
 ONNX_DIR = Path(__file__).resolve().parents[1] / "backends" / "onnx"
 
@@ -181,6 +188,37 @@ CASES: dict[str, tuple[Case, str]] = {
                          {"x": distinct((1, 2, 4, 4))}), "max_pooling"),
     "Resize": (lambda: (resize_model([1, 1, 2, 3], [1, 1, 2, 1.5], None, mode="nearest"),
                         {"x": distinct((1, 1, 2, 3))}), "resample"),
+    # -- math
+    **MATH_CASES,  # tests/test_elementwise_math_onnx.py
+    # -- reduce
+    **REDUCE_CASES,
+    # -- movement
+    **MOVEMENT_CASES,
+    # -- conv
+    "Conv": (lambda: (make([oh.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 0, 0, 1],
+                                         strides=[2, 1], group=2)],
+                           {"x": (F32, [1, 4, 5, 5]), "w": (F32, [2, 2, 3, 2]),
+                            "b": (F32, [2])}, {"y": F32}),
+                      {"x": distinct((1, 4, 5, 5)) / 4, "w": distinct((2, 2, 3, 2)) / 4,
+                       "b": distinct((2,))}), "convolution"),
+    "ConvTranspose": (lambda: (make([oh.make_node("ConvTranspose", ["x", "w", "b"], ["y"],
+                                                  strides=[2, 2], output_padding=[1, 0],
+                                                  pads=[1, 0, 0, 1])],
+                                    {"x": (F32, [1, 2, 3, 3]), "w": (F32, [2, 3, 2, 2]),
+                                     "b": (F32, [3])}, {"y": F32}),
+                               {"x": distinct((1, 2, 3, 3)) / 4,
+                                "w": distinct((2, 3, 2, 2)) / 4, "b": distinct((3,))}),
+                      "convolution"),
+    # -- gemm
+    **GEMM_CASES,
+    # -- batch_norm
+    **BN_CASES,  # tests/test_batch_norm_onnx.py
+    # -- training
+    "Dropout": (dropout_case, "expand"),
+    "NegativeLogLikelihoodLoss": (nll_case, "one_hot"),
+    "SoftmaxCrossEntropyLoss": (sce_case, "log_softmax"),
+    # -- parameters
+    **SHAPE_CASES,
 }
 
 

@@ -18,9 +18,16 @@ from typing import Callable, Mapping
 import numpy as np
 
 from gradc.errors import UnsupportedError
-from gradc.ir.core import Graph, Node, Value
+from gradc.ir.core import Graph, Node, Value, parameters_as_inputs
 from gradc.ir.fused import anchors_group, violations
 
+from gradc.backends.c import elementwise_math as math_kernels
+from gradc.backends.c import reduce as reduce_kernels
+from gradc.backends.c import movement as movement_kernels
+from gradc.backends.c import conv as conv_kernels
+from gradc.backends.c import gemm as gemm_kernels
+from gradc.backends.c import batch_norm as batch_norm_kernels
+from gradc.backends.c import training as training_kernels
 from gradc.backends.c.kernel import Kernel
 from gradc.backends.c.pool import emit_max_pooling, emit_max_pooling_grad
 from gradc.backends.c.resample import emit_resample, emit_resample_grad
@@ -41,6 +48,13 @@ def _emitters() -> dict[str, Emitter]:
         "max_pooling": emit_max_pooling, "max_pooling_grad": emit_max_pooling_grad,
         "resample": emit_resample, "resample_grad": emit_resample_grad, "reshape": emit_copy,
     })
+    table.update(math_kernels.EMITTERS)
+    table.update(reduce_kernels.EMITTERS)
+    table.update(movement_kernels.EMITTERS)
+    table.update(conv_kernels.EMITTERS)
+    table.update(gemm_kernels.EMITTERS)
+    table.update(batch_norm_kernels.EMITTERS)
+    table.update(training_kernels.EMITTERS)
     return table
 
 
@@ -126,7 +140,9 @@ def _symbols(graph: Graph, nodes: list[Node]) -> list[str]:
 
 
 def generate(graph: Graph, shapes: Mapping[str, int] | None = None) -> Program:
-    """The C program of a verified graph (UnsupportedError before any text is produced)."""
+    """The C program of a verified graph (UnsupportedError before any text is produced);
+    parameters are arguments like inputs (the Executable feeds their values)."""
+    graph = parameters_as_inputs(graph)
     check_supported(graph)
     plan = _Plan(Dims([], dict(shapes or {})))
     _flatten(graph, plan)

@@ -16,6 +16,7 @@ from gradc.ir.fused import value_operands
 from gradc.ir.types import DType
 
 from gradc.backends.c.ctypes_map import CType, compute_literal, ctype, literal
+from gradc.backends.c.elementwise_math import MATH_SCALAR
 
 Scalar = Callable[[Node, list[str]], str]
 
@@ -155,6 +156,7 @@ SCALAR: dict[str, Scalar] = {
     "relu": relu, "relu_grad": relu_grad, "clip": clip, "clip_grad": clip_grad,
     "add": _binary("+"), "sub": _binary("-"), "mul": _binary("*"), "neg": neg,
     "identity": identity, "expand": identity, "cast": cast,
+    **MATH_SCALAR,  # -- math (SPEC-training §16)
 }
 
 

@@ -18,6 +18,8 @@ from gradc.ir.types import Dim
 
 from gradc.backends.numpy.function import FunctionEmitter, Slot, Step
 from gradc.backends.numpy.helpers import reference_helper
+from gradc.backends.numpy.training import emit_random_generator
+from gradc.backends.numpy.reduce import emit_element_count
 from gradc.backends.numpy.text import dtype_expr, scalar
 
 
@@ -205,4 +207,28 @@ EMITTERS: dict[str, Callable[[FunctionEmitter, Step], None]] = {
     "max_pooling": _helper("max_pooling"), "max_pooling_grad": _helper("max_pooling_grad"),
     "resample": _helper("resample"), "resample_grad": _helper("resample_grad"),
     "reduce_sum": _helper("reduce_sum"),
+    # -- math
+    **{op: _helper(op) for op in (
+        "div", "exp", "log", "sqrt", "pow", "sigmoid", "tanh", "leaky_relu", "maximum",
+        "minimum", "greater", "less", "equal", "greater_equal", "less_equal", "where")},
+    # -- reduce
+    **{op: _helper(op) for op in (
+        "reduce_mean", "reduce_max", "reduce_min", "reduce_max_grad", "reduce_min_grad",
+        "softmax", "log_softmax")},
+    "element_count": emit_element_count,
+    # -- movement
+    **{op: _helper(op) for op in ("join", "split", "transpose", "pad", "one_hot")},
+    # -- conv
+    "convolution": _helper("convolution"),
+    "convolution_filter_grad": _helper("convolution_filter_grad"),
+    # -- gemm
+    "gemm": _helper("gemm"),
+    "average_pooling": _helper("average_pooling"),
+    "average_pooling_grad": _helper("average_pooling_grad"),
+    # -- batch_norm
+    **{op: _helper(op) for op in (
+        "batch_normalization", "batch_normalization_grad", "batch_normalization_training",
+        "batch_normalization_training_grad")},
+    # -- training
+    "random_generator": emit_random_generator, "adam_optimizer": _helper("adam_optimizer"),
 }

@@ -79,12 +79,16 @@ def _widen(gb: OnnxGraphBuilder, t: Tensor) -> Tensor:
     return gb.const(t.value, F32) if t.value is not None else gb.cast(t, F32)
 
 
+WIDE_LIMIT = 4096  # elements of the widened constant of safe_binary
+
+
 def safe_binary(gb: OnnxGraphBuilder, op_type: str, a: Tensor, b: Tensor) -> Tensor:
     """A float ``Add``/``Sub``/``Mul`` that onnxruntime's NoopElimination cannot break.
 
     That rewrite drops ``x + c``, ``x - c`` (c == 0) and ``x * c`` (c == 1) when ``c`` is a
     1-element constant, comparing ``float(c)``: it turns -0.0 + 0.0 into -0.0 and drops
-    float64 constants such as 1e-60 or 1 + 1e-12. Such a constant is given 2+ elements.
+    float64 constants such as 1e-60 or 1 + 1e-12. Such a constant is given 2+ elements: as many
+    as one axis of ``x`` has (at most WIDE_LIMIT), else two stacked copies of ``x`` are computed.
     """
     const_rhs = b.value is not None and a.value is None
     x, c = (a, b) if const_rhs else (b, a)
@@ -93,7 +97,8 @@ def safe_binary(gb: OnnxGraphBuilder, op_type: str, a: Tensor, b: Tensor) -> Ten
     if c.rank > x.rank or not _noop_breaks(op_type, c.value.reshape(()), const_rhs):
         return gb.binary(op_type, a, b)
     sizes = [d if isinstance(d, int) else 0 for d in x.shape]
-    axis = next((i for i in range(x.rank - 1, -1, -1) if sizes[i] >= 2), None)
+    # a constant as wide as one axis, never larger than WIDE_LIMIT (the model stays small)
+    axis = next((i for i in range(x.rank - 1, -1, -1) if 2 <= sizes[i] <= WIDE_LIMIT), None)
     if axis is not None:
         wide = gb.const(np.full((sizes[axis],) + (1,) * (x.rank - 1 - axis), c.value.item()),
                         c.dtype)

@@ -6,7 +6,22 @@ users call (``gradc.ops.relu(x)``) are made from these definitions in ``gradc.ir
 
 from __future__ import annotations
 
-from gradc.ir.ops import arith, elementwise, pooling, resample, slice  # noqa: F401  (register)
+# Importing a family module registers its ops.
+from gradc.ir.ops import arith  # noqa: F401
+from gradc.ir.ops import elementwise  # noqa: F401
+from gradc.ir.ops import pooling  # noqa: F401
+from gradc.ir.ops import resample  # noqa: F401
+from gradc.ir.ops import slice  # noqa: F401
+from gradc.ir.ops import elementwise_math  # noqa: F401
+from gradc.ir.ops import reduce  # noqa: F401
+from gradc.ir.ops import softmax  # noqa: F401
+from gradc.ir.ops import movement  # noqa: F401
+from gradc.ir.ops import convolution  # noqa: F401
+from gradc.ir.ops import gemm  # noqa: F401
+from gradc.ir.ops import average_pooling  # noqa: F401
+from gradc.ir.ops import batch_norm  # noqa: F401
+from gradc.ir.ops import rng  # noqa: F401
+from gradc.ir.ops import adam  # noqa: F401
 from gradc.ir.ops.registry import REGISTRY, OpDef, get_op
 
 __all__ = ["REGISTRY", "OpDef", "get_op"]

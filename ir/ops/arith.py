@@ -191,7 +191,7 @@ class Constant(OpDef):
             c.fail("value.dtype", "one of " + ", ".join(DType.__members__), v.dtype)
         if v.ndim > 8 or 0 in v.shape:
             c.fail("value.shape", "rank 0..8 and every dim >= 1", v.shape)
-        v = np.ascontiguousarray(v).copy()
+        v = np.array(v, order="C", copy=True)  # (ascontiguousarray makes rank 0 rank 1)
         v.flags.writeable = False
         c.keep("value", v)
         return [TensorType(DType.of(v.dtype), v.shape)]

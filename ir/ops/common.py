@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from gradc.ir.types import DType
@@ -47,3 +49,10 @@ def store(dtype: np.dtype, acc: np.ndarray) -> np.ndarray:
     r = r + np.where(np.abs(frac) >= 0.5, np.sign(acc), 0).astype(acc.dtype)
     info = np.iinfo(dtype)
     return np.clip(r, info.min, info.max).astype(dtype)
+
+
+def rounded(a: np.ndarray, dtype: Any) -> np.ndarray:
+    """``a`` rounded once to ``dtype``; a value beyond its range is +-inf (SPEC-training §9.5),
+    without NumPy's overflow warning."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return a.astype(dtype)

@@ -86,19 +86,27 @@ class OpDef:
       signalling NaN, so that adding +0 gives it back bit for bit.
     - ``shape_operands``: operands of which only the shape matters (``expand``'s ``like``);
       a kernel never reads their elements.
+    - ``transcendental``: the result comes from a transcendental function (SPEC-training.md
+      §9.5): a target using another library than the reference's NumPy (the C target's libm)
+      may differ by a few ulps, so ``gradc check`` holds it to a tolerance there.
     """
 
     name: ClassVar[str]
     operands: ClassVar[tuple[str, ...]]
     attributes: ClassVar[tuple[Attr, ...]] = ()
     traits: ClassVar[frozenset[str]] = PURE
-    variadic: ClassVar[bool] = False
+    variadic: ClassVar[bool] = False  # one operand, a sequence of values (``join``'s inputs)
+    tuple_results: ClassVar[bool] = False  # the builder returns a tuple even of one result
     anchor_operand: ClassVar[str | None] = None
     dtypes: ClassVar[tuple[DType, ...]] = ()
     promote_scalars: ClassVar[bool] = False
     nan_from: ClassVar[tuple[str, ...] | None] = None
     no_negative_zero: ClassVar[frozenset[DType]] = frozenset()
     shape_operands: ClassVar[tuple[str, ...]] = ()
+    transcendental: ClassVar[bool] = False
+    # Trailing operands that may be left out (``convolution``'s bias, ``gemm``'s c): the
+    # builder takes None for them and the node then has fewer inputs.
+    optional_operands: ClassVar[tuple[str, ...]] = ()
 
     @property
     def anchors(self) -> bool:
@@ -393,10 +401,13 @@ def infer_node(op: str, in_types: Sequence[TensorType],
                attrs: Mapping[str, Any]) -> tuple[OpDef, dict[str, Any], list[TensorType]]:
     """Run an op's checks on operand types and raw attributes: (definition, attrs, types)."""
     d = get_op(op)
-    if not d.variadic and len(in_types) != len(d.operands):
-        raise VerifyError(f"{op}: operands: expected {len(d.operands)} "
+    least = len(d.operands) - len(d.optional_operands)
+    if not d.variadic and not least <= len(in_types) <= len(d.operands):
+        count = str(least) if least == len(d.operands) else f"{least}..{len(d.operands)}"
+        raise VerifyError(f"{op}: operands: expected {count} "
                           f"({', '.join(d.operands)}), got {len(in_types)}")
-    names = d.operands if not d.variadic else tuple(f"input{i}" for i in range(len(in_types)))
+    names = d.operands if not d.variadic else \
+        tuple(f"{d.operands[0]}[{i}]" for i in range(len(in_types)))  # "inputs[1].shape"
     c = Checker(op, dict(zip(names, in_types)), attrs, d.attributes)
     out = d.infer(c)
     c.finish()
