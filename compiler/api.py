@@ -12,7 +12,7 @@ from gradc.backends.onnx.importer import from_onnx as _from_onnx
 from gradc.backends.onnx.target import to_onnx as _to_onnx
 from gradc.errors import GradcError, VerifyError
 from gradc.executable import Executable
-from gradc.ir.core import Graph
+from gradc.ir.core import Graph, parameters_as_inputs
 from gradc.ir.ops.registry import show_value
 from gradc.ir.types import MAX_DIM
 from gradc.passes import Optimized, optimize
@@ -58,7 +58,8 @@ def compile(graph: Graph, target: str = "c", passes: str | Sequence[str] | None 
     keyword options go to the target (for example ``threads=2`` for ``"c"`` and ``"onnx"``).
     """
     opt, bound = _prepare(graph, target, passes, shapes, instruments, verify_each)
-    lowered = TARGETS[target].lower(opt.graph, bound, **options)
+    # The targets compile parameters as inputs; the Executable feeds their values.
+    lowered = TARGETS[target].lower(parameters_as_inputs(opt.graph), bound, **options)
     return Executable(opt.graph, target, lowered.runner, bound, source=lowered.source,
                       model=lowered.model, contiguous=lowered.contiguous, report=opt.report)
 
@@ -68,14 +69,17 @@ def artifact(graph: Graph, target: str, passes: str | Sequence[str] | None = "de
              instruments: Sequence[Any] = ()) -> str | bytes:
     """The program a target makes of a graph (C or NumPy source, ONNX bytes), not loaded."""
     opt, bound = _prepare(graph, target, passes, shapes, instruments, True)
-    return TARGETS[target].artifact(opt.graph, bound)
+    return TARGETS[target].artifact(parameters_as_inputs(opt.graph), bound)
 
 
 __all__ = ["compile", "artifact", "grad", "from_onnx", "to_onnx", "GradcError"]
 
 
-def grad(graph: Graph, wrt: Sequence[str] | None = None) -> Graph:
-    """The vector-Jacobian-product (training) graph of a forward graph (API.md)."""
+def grad(graph: Graph, wrt: str | Sequence[str] | None = None) -> Graph:
+    """The vector-Jacobian-product (training) graph of a forward graph (API.md).
+
+    ``wrt``: "inputs" (the default), "parameters", "all" or a list of input/parameter names.
+    """
     return _grad(graph, wrt)
 
 

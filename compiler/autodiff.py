@@ -1,10 +1,10 @@
 """Reverse-mode differentiation: a forward graph in, its vector-Jacobian-product graph out.
 
 The result (API.md, "Differentiating") has the forward inputs followed by one cotangent input
-``grad_<output>`` per forward output, and the forward outputs followed by ``grad_<input>`` for
-each input in ``wrt``. It is built from each operator's ``vjp`` rule, so the gradient of every
-forward op is one of the five seed gradient operators, and the graph can be printed, optimized,
-exported and compiled like any other.
+``grad_<output>`` per floating-point forward output, the forward parameters, and the forward
+outputs followed by ``grad_<name>`` for each input or parameter in ``wrt``. It is built from
+each operator's ``vjp`` rule, so the graph can be printed, optimized, exported and compiled like
+any other.
 """
 
 from __future__ import annotations
@@ -19,23 +19,37 @@ from gradc.ir.ops.registry import get_op, make_node
 from gradc.ir.verify import verify
 
 
-def _wrt(graph: Graph, wrt: Sequence[str] | None) -> list[Value]:
-    by_name = {v.name: v for v in graph.inputs}
-    if wrt is None:
-        return [v for v in graph.inputs if v.type.dtype.is_float]
+WRT_KEYWORDS = ("inputs", "parameters", "all")
+
+
+def _wrt(graph: Graph, wrt: str | Sequence[str] | None) -> list[Value]:
+    """The values to differentiate with respect to, in the order of API.md's rules."""
+    floats = [v for v in graph.inputs if v.type.dtype.is_float]
+    params: list[Value] = [p for p in graph.parameters if p.type.dtype.is_float]
+    if wrt is None or wrt == "inputs":
+        return floats
+    if wrt == "parameters":
+        return params
+    if wrt == "all":
+        return floats + params
     if isinstance(wrt, str):
         wrt = [wrt]
-    out = []
+    if not isinstance(wrt, Sequence) or not all(isinstance(n, str) for n in wrt):
+        raise VerifyError(f"grad: wrt: expected 'inputs', 'parameters', 'all' or a list of "
+                          f"names, got {wrt!r}")
+    by_name: dict[str, Value] = {v.name: v for v in graph.inputs}
+    by_name.update((p.name, p) for p in graph.parameters)
+    out: list[Value] = []
     for name in wrt:
         if name not in by_name:
-            raise VerifyError(f"grad: wrt: expected names of inputs of {graph.name!r} "
-                              f"({', '.join(by_name)}), got {name!r}")
+            raise VerifyError(f"grad: wrt: expected names of inputs or parameters of "
+                              f"{graph.name!r} ({', '.join(by_name) or 'none'}), got {name!r}")
         v = by_name[name]
         if not v.type.dtype.is_float:
-            raise VerifyError(f"grad: wrt: expected a floating-point input, got {name!r} of "
-                              f"dtype {v.type.dtype}")
+            raise VerifyError(f"grad: wrt: expected a floating-point input or parameter, got "
+                              f"{name!r} of dtype {v.type.dtype}")
         if v in out:
-            raise VerifyError(f"grad: wrt: expected each input once, got {name!r} twice")
+            raise VerifyError(f"grad: wrt: expected each name once, got {name!r} twice")
         out.append(v)
     return out
 
@@ -54,14 +68,19 @@ def zeros_like(v: Value) -> Value:
     return make_node("expand", [zero, v], {})
 
 
-def grad(graph: Graph, wrt: Sequence[str] | None = None) -> Graph:
-    """The VJP graph of ``graph`` with respect to ``wrt`` (default: every floating input)."""
+def grad(graph: Graph, wrt: str | Sequence[str] | None = None) -> Graph:
+    """The VJP graph of ``graph`` with respect to ``wrt`` (default: every floating input).
+
+    ``wrt``: "inputs", "parameters", "all" or a list of input and parameter names. One
+    cotangent input per floating-point output; the result keeps the parameters.
+    """
     if not isinstance(graph, Graph):
         raise VerifyError(f"grad: graph: expected a gradc.Graph, got {type(graph).__name__}")
     verify(graph)
     targets = [v.name for v in _wrt(graph, wrt)]
     names = {v.name for v in graph.values()}
-    new_names = [f"grad_{v.name}" for v in graph.outputs] + [f"grad_{n}" for n in targets]
+    seeded = [v for v in graph.outputs if v.type.dtype.is_float]
+    new_names = [f"grad_{v.name}" for v in seeded] + [f"grad_{n}" for n in targets]
     for n in new_names:
         if n in names or new_names.count(n) > 1:
             raise VerifyError(f"grad: {n}: expected a name not used in graph {graph.name!r}, "
@@ -71,6 +90,8 @@ def grad(graph: Graph, wrt: Sequence[str] | None = None) -> Graph:
     g.name = graph.name if graph.name.endswith("_grad") else f"{graph.name}_grad"
     cot: dict[Value, Value] = {}
     for out in g.outputs:
+        if not out.type.dtype.is_float:
+            continue  # integer, bool and uint32 outputs carry no gradient: no cotangent input
         seed = g.input(f"grad_{out.name}", out.type.dtype, out.type.shape)
         _accumulate(cot, out, seed)
     for node in reversed(list(g.nodes)):
@@ -83,7 +104,8 @@ def grad(graph: Graph, wrt: Sequence[str] | None = None) -> Graph:
         ins = get_op(node.op).vjp(node, grads)
         for v, dv in zip(node.inputs, ins):
             _accumulate(cot, v, dv)
-    by_name = {v.name: v for v in g.inputs}
+    by_name: dict[str, Value] = {v.name: v for v in g.inputs}
+    by_name.update((p.name, p) for p in g.parameters)
     for name in targets:
         v = by_name[name]
         g.output(cot[v] if v in cot else zeros_like(v), f"grad_{name}")

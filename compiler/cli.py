@@ -16,6 +16,7 @@ from gradc.backends import TARGETS
 from gradc.check import compare_targets, random_inputs, run_check
 from gradc.errors import GradcError
 from gradc.examples import EXAMPLES, example
+from gradc.files import write_bytes_atomically
 from gradc.ir.core import Graph
 from gradc.ir.types import MAX_DIM
 from gradc.ir.parser import parse
@@ -31,8 +32,23 @@ class CliError(GradcError):
     """A command-line problem reported as one line."""
 
 
-def load_graph(path: str) -> Graph:
-    """Read a graph from ``example:NAME``, a ``.onnx`` file or a text-IR file."""
+def load_parameters(path: str | None) -> dict[str, np.ndarray] | None:
+    """The arrays of a ``--parameters`` file (``.npz``: one array per parameter name)."""
+    if path is None:
+        return None
+    if not os.path.isfile(path):
+        raise CliError(f"{path}: no such file")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except (OSError, ValueError, EOFError) as e:
+        raise CliError(f"{path}: not a readable .npz file ({e.__class__.__name__}: {e})") \
+            from None
+
+
+def load_graph(path: str, parameters: str | None = None) -> Graph:
+    """Read a graph from ``example:NAME``, a ``.onnx`` file or a text-IR file (whose parameter
+    values come from the ``parameters`` .npz file; without it, they have none)."""
     if path.startswith("example:"):
         return example(path[len("example:"):])
     if not os.path.exists(path):
@@ -54,10 +70,33 @@ def load_graph(path: str) -> Graph:
             text = f.read()
     except (OSError, UnicodeDecodeError) as e:
         raise CliError(f"{path}: cannot read text IR ({e.__class__.__name__}: {e})") from None
+    values = load_parameters(parameters)
     try:
-        return parse(text)
+        return parse(text, parameters=values)
     except GradcError as e:
         raise type(e)(f"{path}:{e}") from None
+
+
+def _load(args: argparse.Namespace) -> Graph:
+    values = getattr(args, "parameters", None)
+    return load_graph(args.file) if values is None else load_graph(args.file, values)
+
+
+def write_graph(path: str, g: Graph, as_text: bool = False) -> str:
+    """Write a graph as ONNX (``.onnx``, unless ``as_text``) or text IR; the text's parameter
+    values go to ``PATH.npz`` (the text holds none). Returns what was written, for messages."""
+    if path.endswith(".onnx") and not as_text:
+        write_atomic(path, to_onnx(g).SerializeToString())
+        return path
+    write_atomic(path, str(g) + "\n")
+    values = {p.name: p.value for p in g.parameters if p.value is not None}
+    if not values:
+        return path
+    with tempfile.TemporaryFile() as f:
+        np.savez(f, **values)  # type: ignore[arg-type]
+        f.seek(0)
+        write_atomic(path + ".npz", f.read())
+    return f"{path} (parameter values: {path}.npz, read with --parameters)"
 
 
 def write_atomic(path: str, data: bytes | str) -> None:
@@ -66,18 +105,7 @@ def write_atomic(path: str, data: bytes | str) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise CliError(f"{path}: folder {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=".gradc-", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_bytes_atomically(path, raw)
 
 
 def parse_shapes(items: Sequence[str] | None) -> dict[str, int]:
@@ -92,41 +120,49 @@ def parse_shapes(items: Sequence[str] | None) -> dict[str, int]:
     return out
 
 
+SUMMARY_CHUNK = 1 << 20  # elements widened to float64 at a time (never a copy of the output)
+
+
 def summarize(name: str, a: np.ndarray) -> str:
-    """One line per array: shape, dtype and a few statistics."""
+    """One line per array: shape, dtype and a few statistics (NaN left out)."""
     stats = ""
     if a.size and a.dtype.kind in "fiu":
-        f = a.astype(np.float64)
-        if np.isnan(f).all():
-            stats = " all NaN"
-        else:
-            with np.errstate(all="ignore"):  # inf + -inf in the sum is NaN, said as such
-                stats = (f" min={np.nanmin(f):.6g} max={np.nanmax(f):.6g} "
-                         f"sum={np.nansum(f):.6g}")
+        lo, hi, total, seen = np.inf, -np.inf, 0.0, False
+        flat = a.reshape(-1)
+        with np.errstate(all="ignore"):  # inf + -inf in the sum is NaN, said as such
+            for i in range(0, flat.size, SUMMARY_CHUNK):
+                f = flat[i:i + SUMMARY_CHUNK].astype(np.float64)
+                f = f[~np.isnan(f)]
+                if f.size:
+                    lo, hi = min(lo, f.min()), max(hi, f.max())
+                    total, seen = total + f.sum(), True
+        stats = f" min={lo:.6g} max={hi:.6g} sum={total:.6g}" if seen else " all NaN"
     return f"  {name}: {a.dtype}{list(a.shape)}{stats}"
 
 
 # -- subcommands -----------------------------------------------------------------------------
 def cmd_verify(args: argparse.Namespace) -> int:
-    g = load_graph(args.file)
+    g = _load(args)
     verify(g)
-    print(f"{args.file}: ok: graph {g.name!r}, {len(g.inputs)} inputs, {len(g.nodes)} nodes, "
-          f"{len(g.outputs)} outputs")
+    params = f"{len(g.parameters)} parameters, " if g.parameters else ""
+    print(f"{args.file}: ok: graph {g.name!r}, {len(g.inputs)} inputs, {params}"
+          f"{len(g.nodes)} nodes, {len(g.outputs)} outputs")
     return 0
 
 
 def cmd_print(args: argparse.Namespace) -> int:
-    g = load_graph(args.file)
-    text = str(g) + "\n"
+    g = _load(args)
     if args.output:
-        write_atomic(args.output, text)
+        written = write_graph(args.output, g, as_text=True)
+        if written != args.output:
+            print(f"wrote {written}", file=sys.stderr)
     else:
-        sys.stdout.write(text)
+        sys.stdout.write(str(g) + "\n")
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    g = load_graph(args.file)
+    g = _load(args)
     shapes = parse_shapes(args.shape)
     ex = compile(g, target=args.target, passes=_passes(args), shapes=shapes)
     feeds = random_inputs(g, shapes, args.seed)
@@ -141,17 +177,28 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_grad(args: argparse.Namespace) -> int:
-    g = load_graph(args.file)
-    t = grad(g, args.wrt or None)
+    g = _load(args)
+    t = grad(g, _wrt(args.wrt))
     if args.check:
         _check_onnx_agrees(t, parse_shapes(args.shape))
-    if args.output.endswith(".onnx"):
-        write_atomic(args.output, to_onnx(t).SerializeToString())
-    else:
-        write_atomic(args.output, str(t) + "\n")
-    print(f"wrote {args.output}: training graph {t.name!r} with {len(t.nodes)} nodes; inputs "
-          f"{', '.join(v.name for v in t.inputs)}; outputs {', '.join(v.name for v in t.outputs)}")
+    written = write_graph(args.output, t)
+    params = f"; {len(t.parameters)} parameters" if t.parameters else ""
+    print(f"wrote {written}: training graph {t.name!r} with {len(t.nodes)} nodes; inputs "
+          f"{', '.join(v.name for v in t.inputs)}{params}; outputs "
+          f"{', '.join(v.name for v in t.outputs)}")
     return 0
+
+
+def _wrt(given: Sequence[Sequence[str]] | None) -> str | list[str] | None:
+    """``--wrt`` values: one keyword (inputs, parameters, all) or names."""
+    names = [n for group in given or [] for n in group]
+    keywords = [n for n in names if n in ("inputs", "parameters", "all")]
+    if not keywords:
+        return names or None
+    if len(names) > 1:
+        raise CliError(f"--wrt: expected one of inputs, parameters, all alone, or names, got "
+                       f"{' '.join(names)}")
+    return keywords[0]
 
 
 def _check_onnx_agrees(t: Graph, shapes: dict[str, int]) -> None:
@@ -164,13 +211,13 @@ def _check_onnx_agrees(t: Graph, shapes: dict[str, int]) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    g = load_graph(args.file)
+    g = _load(args)
     return run_check(g, grad=args.grad, shapes=parse_shapes(args.shape), seed=args.seed,
                      targets=args.targets.split(",") if args.targets else None)
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    g = load_graph(args.file)
+    g = _load(args)
     data = artifact(g, args.target, passes=_passes(args), shapes=parse_shapes(args.shape),
                     instruments=_instruments(args))
     return _write_output(args, data)
@@ -188,7 +235,7 @@ def _write_output(args: argparse.Namespace, data: bytes | str) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    g = load_graph(args.file)
+    g = _load(args)
     text = show(g, fmt=args.format, passes=_passes(args), shapes=parse_shapes(args.shape))
     if args.output:
         write_atomic(args.output, text)
@@ -225,6 +272,8 @@ def _seed(text: str) -> int:
 
 def _common(p: argparse.ArgumentParser, passes: bool = False) -> None:
     p.add_argument("file", help="a .onnx file, a text-IR file, or example:NAME")
+    p.add_argument("--parameters", metavar="FILE.npz",
+                   help="values of a text-IR file's parameters (the text holds none)")
     p.add_argument("--shape", action="append", metavar="NAME=SIZE",
                    help="value of a symbolic dim (repeatable)")
     if passes:
@@ -257,7 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("grad", help="differentiate a forward graph into its training graph")
     _common(p)
     p.add_argument("-o", "--output", required=True, help="output file (.onnx, or text IR)")
-    p.add_argument("--wrt", action="append", metavar="NAME", help="input to differentiate")
+    p.add_argument("--wrt", action="append", nargs="+", metavar="NAME",
+                   help="what to differentiate: inputs (default), parameters, all, or input and "
+                        "parameter names")
     p.add_argument("--check", action="store_true",
                    help="run the result in onnxruntime and compare with the reference target")
     p.set_defaults(fn=cmd_grad)

@@ -9,7 +9,7 @@ import numpy as np
 
 from gradc.backends.target import Runner
 from gradc.errors import InputError, ResourceError
-from gradc.ir.core import Graph, Value
+from gradc.ir.core import Graph, Value, parameters_as_inputs
 from gradc.ir.printer import fmt_name, fmt_type
 from gradc.ir.types import MAX_BYTES, byte_size, fmt_bytes
 
@@ -109,7 +109,12 @@ def _shape(shape: tuple) -> str:
 
 
 class Executable:
-    """A compiled graph: call it with keyword arrays, get a dict of output arrays."""
+    """A compiled graph: call it with keyword arrays, get a dict of output arrays.
+
+    ``parameters`` maps each parameter's name to the array a call uses when it passes none under
+    that name; a passed array is checked like an input (the targets see parameters as inputs).
+    A parameter without a value (parsed from text without values) must be passed.
+    """
 
     def __init__(self, graph: Graph, target: str, runner: Runner,
                  shapes: Mapping[str, int] | None = None, source: str | None = None,
@@ -122,12 +127,17 @@ class Executable:
         self._runner = runner
         self._shapes = dict(shapes or {})
         self._contiguous = contiguous
+        self.parameters: dict[str, np.ndarray] = {p.name: p.value for p in graph.parameters
+                                                  if p.value is not None}
+        self._signature = parameters_as_inputs(graph)
 
     def __call__(self, /, **arrays: Any) -> dict[str, np.ndarray]:
         # `self` is positional-only, so an input may be named "self" (any name is an input).
         arrays = dict(arrays)
-        bindings = bind_inputs(self.graph, arrays, self._shapes, self._contiguous)
-        check_sizes(self.graph, bindings, memory_limit())
+        for name, value in self.parameters.items():
+            arrays.setdefault(name, value)
+        bindings = bind_inputs(self._signature, arrays, self._shapes, self._contiguous)
+        check_sizes(self._signature, bindings, memory_limit())
         try:
             return self._runner(arrays, bindings)
         except MemoryError:

@@ -28,6 +28,7 @@ from gradc.passes import Optimized, optimize
 from gradc.passes.instruments import unified_diff
 
 MAX_DRAWN_NODES = 1500
+PARAMETER_COLOR = "#fef3c7"  # parameters are drawn like inputs, in their own shade
 COLORS = {"fused": "#fde2b8", "elementwise": "#dbeafe", "anchor": "#fecaca", "other": "#e5e7eb",
           "constant": "#f3f4f6"}
 
@@ -126,6 +127,12 @@ class _DotWriter:
             self.lines.append(f"{indent}{vid} [label={dot_quote(label)}, shape=ellipse, "
                               'fillcolor="#ffffff", class="input"];')
             source[v] = vid
+        for p in g.parameters:  # drawn like inputs, in a shade of their own (never the values)
+            vid = self.new_id("p")
+            label = f"param {fmt_name(p.name)}\n{fmt_type(p.type)}"
+            self.lines.append(f"{indent}{vid} [label={dot_quote(label)}, shape=ellipse, "
+                              f'fillcolor="{PARAMETER_COLOR}", class="parameter"];')
+            source[p] = vid
         return source
 
     def outputs(self, g: Graph, source: dict[Value, str], indent: str) -> None:
@@ -226,6 +233,10 @@ class _FigureWriter:
         items: list[svg.Item] = [
             svg.Box(source[v], f"{fmt_name(v.name)}\n{fmt_type(v.type)}", "#ffffff", "ellipse",
                     "input") for v in g.inputs]
+        for p in g.parameters:
+            source[p] = self.new_key("p")
+            items.append(svg.Box(source[p], f"param {fmt_name(p.name)}\n{fmt_type(p.type)}",
+                                 PARAMETER_COLOR, "ellipse", "parameter"))
         items += self.graph(g, source)
         for v in g.outputs:
             key = self.new_key("o")

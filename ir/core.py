@@ -39,6 +39,50 @@ class Value:
         return f"Value(%{self.name}: {self.type})"
 
 
+class Parameter(Value):
+    """A named tensor with an initial value (``.value``, a NumPy array of the value's type).
+
+    ``.value`` is None only for a parameter parsed from text without values. It is a constant
+    for inference; ``gradc.grad`` can differentiate with respect to it, and a
+    compiled ``Executable`` feeds its value unless a call passes another array under its name.
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self, name: str, value: np.ndarray | None, graph: "Graph | None" = None,
+                 type: TensorType | None = None) -> None:
+        if type is None:
+            if value is None:
+                raise VerifyError(f"parameter {name!r}: value: expected an array, got None")
+            type = TensorType(DType.of(value.dtype), value.shape)
+        super().__init__(name, type, None, graph)
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"Parameter(%{self.name}: {self.type})"
+
+
+def parameter_array(value: Any, what: str) -> np.ndarray:
+    """A parameter's value as a fresh C-contiguous array of a gradc dtype; VerifyError else."""
+    if isinstance(value, Value):
+        raise VerifyError(f"{what}: value: expected an array, got a graph value")
+    try:
+        a = np.array(value)
+    except (TypeError, ValueError) as e:
+        raise VerifyError(f"{what}: value: expected an array of numbers, got {e}") from None
+    try:
+        dtype = DType.of(a.dtype)
+    except VerifyError:
+        raise VerifyError(f"{what}: value: expected an array of a gradc dtype, got "
+                          f"{a.dtype}") from None
+    if a.size == 0:
+        raise VerifyError(f"{what}: value: expected a non-empty array (gradc has no empty "
+                          f"tensors), got shape {a.shape}")
+    if a.ndim > 8:
+        raise VerifyError(f"{what}: value: expected rank at most 8, got {a.ndim}")
+    return np.array(a, dtype=dtype.numpy, order="C")  # (ascontiguousarray makes 0-d 1-d)
+
+
 class Node:
     """One operation: op name, operand values, attributes, result values (and a body if fused)."""
 
@@ -63,15 +107,17 @@ class Node:
 class Graph:
     """A named graph: typed inputs, nodes in topological order, named outputs.
 
-    ``inputs``, ``nodes`` and ``outputs`` are read-only tuples: a graph changes only through
-    its methods (``input``, ``append``, ``output``, ``add_output``, ``retain``), which keep its
-    names unique. Passes never change a graph; they build a new one (``gradc.ir.rebuild``).
-    A graph is mutable, so it is unhashable; ``==`` is ``structurally_equal``.
+    ``inputs``, ``parameters``, ``nodes`` and ``outputs`` are read-only tuples: a graph changes
+    only through its methods (``input``, ``parameter``, ``append``, ``output``, ``add_output``,
+    ``retain``), which keep its names unique. Passes never change a graph; they build a new
+    one (``gradc.ir.rebuild``). A graph is mutable, so it is unhashable; ``==`` is
+    ``structurally_equal``.
     """
 
     def __init__(self, name: str = "main") -> None:
         self.name = check_name(name, "graph: name")
         self._inputs: list[Value] = []
+        self._parameters: list[Parameter] = []
         self._nodes: list[Node] = []
         self._outputs: list[Value] = []
         self._views: dict[str, tuple] = {}
@@ -89,6 +135,11 @@ class Graph:
     def inputs(self) -> tuple[Value, ...]:
         """The graph's inputs, in order."""
         return self._view("inputs", self._inputs)
+
+    @property
+    def parameters(self) -> tuple[Parameter, ...]:
+        """The graph's parameters, in the order they were made."""
+        return self._view("parameters", self._parameters)
 
     @property
     def nodes(self) -> tuple[Node, ...]:
@@ -139,6 +190,20 @@ class Graph:
         v = Value(self._claim(name, "input"), t, None, self)
         self._inputs.append(v)
         return v
+
+    def parameter(self, name: str, value: Any) -> Parameter:
+        """Add a parameter: a named tensor whose initial value (an array) gives its type."""
+        return self.add_parameter(name, parameter_array(value, f"parameter {name!r}"))
+
+    def add_parameter(self, name: str, value: np.ndarray | None,
+                      type: TensorType | None = None) -> Parameter:
+        """Add a parameter holding ``value`` itself (no copy: a checked array of its type, or
+        None with a ``type``: no value yet)."""
+        if type is None and value is None:
+            raise VerifyError(f"parameter {name!r}: value: expected an array, got None")
+        p = Parameter(self._claim(name, "parameter"), value, self, type)
+        self._parameters.append(p)
+        return p
 
     def output(self, value: Value, name: str | None = None) -> Value:
         """Mark a value as a graph output, optionally renaming it; returns the output value.
@@ -192,8 +257,9 @@ class Graph:
 
     # -- inspection -----------------------------------------------------------------------
     def values(self) -> list[Value]:
-        """Every value of the graph: inputs, then node results in order."""
-        return list(self._inputs) + [v for n in self._nodes for v in n.outputs]
+        """Every value of the graph: inputs, parameters, then node results in order."""
+        results = [v for n in self._nodes for v in n.outputs]
+        return list(self._inputs) + list(self._parameters) + results
 
     def users(self) -> dict[Value, list[Node]]:
         """Map from each value to the nodes that use it, in node order."""
@@ -219,7 +285,10 @@ class Graph:
     def copy(self) -> "Graph":
         """A deep copy that shares no values or nodes with this graph (bodies copied too)."""
         new = Graph(self.name)
-        vmap = {v: new.input(v.name, v.type.dtype, v.type.shape) for v in self._inputs}
+        vmap: dict[Value, Value] = {v: new.input(v.name, v.type.dtype, v.type.shape)
+                                    for v in self._inputs}
+        for p in self._parameters:
+            vmap[p] = new.add_parameter(p.name, p.value, p.type)
         for n in self._nodes:
             body = n.body.copy() if n.body is not None else None
             m = Node(n.op, [vmap[x] for x in n.inputs], n.attrs, [v.type for v in n.outputs],
@@ -236,7 +305,8 @@ class Graph:
         return print_graph(self)
 
     def __repr__(self) -> str:
-        return f"<Graph {self.name}: {len(self._inputs)} inputs, {len(self._nodes)} nodes>"
+        params = f", {len(self._parameters)} parameters" if self._parameters else ""
+        return f"<Graph {self.name}: {len(self._inputs)} inputs{params}, {len(self._nodes)} nodes>"
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Graph) and structurally_equal(self, other)
@@ -252,8 +322,9 @@ class Graph:
 
 
 def structurally_equal(a: Graph, b: Graph) -> bool:
-    """True when two graphs have the same name, inputs, nodes (ops, operands, attributes,
-    result names and types, bodies) and outputs; what ``parse(str(g))`` preserves."""
+    """True when two graphs have the same name, inputs, parameters (names, types and values, bit
+    for bit), nodes (ops, operands, attributes, result names and types, bodies) and outputs;
+    what ``parse(str(g), parameters=...)`` preserves."""
     return _structure_difference(a, b) is None
 
 
@@ -270,6 +341,9 @@ def _structure_difference(a: Graph, b: Graph) -> str | None:
         if x.name != y.name or x.type != y.type:
             return f"input {i}: %{x.name}: {x.type} against %{y.name}: {y.type}"
         index[x], other[y] = i, i
+    why = _parameter_difference(a, b, index, other)
+    if why is not None:
+        return why
     for k, (m, n) in enumerate(zip(a._nodes, b._nodes)):
         why = _node_difference(m, n, index, other)
         if why is not None:
@@ -279,6 +353,42 @@ def _structure_difference(a: Graph, b: Graph) -> str | None:
     if [index.get(v) for v in a._outputs] != [other.get(v) for v in b._outputs]:
         return "the outputs"
     return None
+
+
+def _parameter_difference(a: Graph, b: Graph, index: dict[Value, int],
+                          other: dict[Value, int]) -> str | None:
+    if len(a._parameters) != len(b._parameters):
+        return (f"graph {a.name!r}: {len(a._parameters)} parameters against "
+                f"{len(b._parameters)}")
+    for i, (x, y) in enumerate(zip(a._parameters, b._parameters)):
+        if x.name != y.name or x.type != y.type:
+            return f"parameter {i}: %{x.name}: {x.type} against %{y.name}: {y.type}"
+        if not _same_attr(x.value, y.value):
+            return f"parameter {i}: %{x.name}: the values differ"
+        index[x], other[y] = len(index), len(other)
+    return None
+
+
+def parameters_as_inputs(g: Graph) -> Graph:
+    """A copy of ``g`` whose parameters are inputs after its own (what the targets compile).
+
+    A target needs no notion of parameters: the ``Executable`` feeds their values.
+    """
+    if not g._parameters:
+        return g
+    new = Graph(g.name)
+    vmap: dict[Value, Value] = {v: new.input(v.name, v.type.dtype, v.type.shape)
+                                for v in list(g._inputs) + list(g._parameters)}
+    for n in g._nodes:
+        m = Node(n.op, [vmap[x] for x in n.inputs], n.attrs, [v.type for v in n.outputs],
+                 body=n.body, name=n.name)
+        for old, v in zip(n.outputs, m.outputs):
+            v.name = old.name
+            vmap[old] = v
+        new.append(m)
+    for v in g._outputs:
+        new.add_output(vmap[v])
+    return new
 
 
 def _node_difference(m: Node, n: Node, index: dict[Value, int],

@@ -29,6 +29,12 @@ def run_graph(g: Graph, arrays: Mapping[str, np.ndarray],
               bindings: Mapping[str, int]) -> dict[str, np.ndarray]:
     """Evaluate a graph on already-checked input arrays; outputs keyed by name."""
     env: dict[int, np.ndarray] = {id(v): arrays[v.name] for v in g.inputs}
+    for p in g.parameters:  # a parameter's array may be passed like an input, else its value
+        value = arrays[p.name] if p.name in arrays else p.value
+        if value is None:
+            raise GradcError(f"parameter %{p.name}: no value (the graph was parsed without "
+                             "one): pass an array under its name")
+        env[id(p)] = value
     for n in g.nodes:
         outs = evaluate_node(n, [env[id(v)] for v in n.inputs], bindings)
         for v, a in zip(n.outputs, outs):
@@ -41,7 +47,7 @@ def run_graph(g: Graph, arrays: Mapping[str, np.ndarray],
 
 
 class ReferenceRunner:
-    """Callable that runs a graph with the reference interpreter."""
+    """Callable that runs a graph with the reference interpreter (parameters: see run_graph)."""
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
 from gradc.errors import GradcError, ParseError
-from gradc.ir.core import Graph, Node, Value
+from gradc.ir.core import Graph, Node, Value, parameter_array
 from gradc.ir.types import MAX_DIM, DType, TensorType, element_count
 from gradc.ir.fused import infer_fused
 from gradc.ir.ops.registry import infer_node
@@ -17,7 +17,8 @@ from gradc.ir.ops.registry import infer_node
 _TOKEN = re.compile(r"""
     (?P<ws>[ \t\r\n]+|\#[^\n]*)
   | (?P<value>%(?:[A-Za-z_][A-Za-z0-9_.]*|[0-9]+|"(?:[^"\\\n]|\\.)*"))
-  | (?P<number>[-+]?(?:inf|nan|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?))
+  | (?P<number>[-+]?(?:(?:inf|nan)(?![A-Za-z0-9_.])  # not the start of a name: inf_grad
+                     |(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?))
   | (?P<string>"(?:[^"\\\n]|\\.)*")
   | (?P<ident>[A-Za-z_][A-Za-z0-9_.]*)
   | (?P<punct>[(){}\[\],:=<>])
@@ -70,9 +71,13 @@ def _unquote(text: str, tok: _Tok) -> str:
 class Parser:
     """Recursive-descent parser over the token list."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, parameters: Mapping[str, Any] | None = None,
+                 lenient: bool = False) -> None:
         self.toks = tokenize(text)
         self.i = 0
+        self.parameters = parameters
+        self.lenient = lenient
+        self.used: set[str] = set()
 
     # -- token helpers ----------------------------------------------------------------
     def peek(self) -> _Tok:
@@ -234,7 +239,10 @@ class Parser:
             env[name] = g.input(name, typ.dtype, typ.shape)
         self.expect("{")
         while not (self.peek().kind == "ident" and self.peek().text == "return"):
-            self.parse_node(g, env, depth)
+            if self.peek().kind == "ident" and self.peek().text == "param":
+                self.parse_parameter(g, env, depth)
+            else:
+                self.parse_node(g, env, depth)
         self.next()
         outs: list[Value] = []
         while self.peek().kind == "value":
@@ -247,6 +255,37 @@ class Parser:
         for v in outs:
             g.output(v)
         return g
+
+    def parse_parameter(self, g: Graph, env: dict[str, Value], depth: int) -> None:
+        """``param %name: type``; the value comes from the ``parameters`` mapping."""
+        start = self.next()
+        if depth > 0:
+            raise ParseError("a fused body has no parameters", start.line, start.col)
+        tok = self.next()
+        if tok.kind != "value":
+            raise self.error("expected a parameter such as %w", tok)
+        self.expect(":")
+        typ = self.parse_type()
+        name = self.name_of(tok)
+        if name in env:
+            raise ParseError(f"value %{name} is defined twice", tok.line, tok.col)
+        if self.parameters is None or (self.lenient and name not in self.parameters):
+            env[name] = g.add_parameter(name, None, typ)  # no value: a call must pass one
+            return
+        if name not in self.parameters:
+            raise ParseError(f"parameter %{name}: no value given in parameters", tok.line,
+                             tok.col)
+        try:
+            a = parameter_array(self.parameters[name], f"parameter %{name}")
+        except GradcError as e:
+            raise ParseError(str(e), tok.line, tok.col) from None
+        given = np.asarray(self.parameters[name])
+        if given.dtype != typ.dtype.numpy or a.shape != typ.shape:
+            raise ParseError(f"parameter %{name}: value: expected a {typ.dtype} array of shape "
+                             f"{typ.shape}, got {given.dtype} of shape {a.shape}",
+                             tok.line, tok.col)
+        self.used.add(name)
+        env[name] = g.add_parameter(name, a)
 
     def lookup(self, env: dict[str, Value], tok: _Tok) -> Value:
         if tok.kind != "value":
@@ -321,15 +360,33 @@ def build_node(op: str, args: list[Value], attrs: dict[str, Any], body: Graph | 
     return Node(op, args, norm, inferred, body=body)
 
 
-def parse(text: str) -> Graph:
-    """Parse one graph from its text form; raises ``ParseError`` with line and column."""
+def parse(text: str, parameters: Mapping[str, Any] | None = None) -> Graph:
+    """Parse one graph from its text form; raises ``ParseError`` with line and column.
+
+    ``parameters`` maps each ``param`` of the text to its value (the text holds no values).
+    Without it, parameters have no value (``.value`` is None): the graph can be printed,
+    optimized, differentiated and compiled, and each call of its Executable passes them.
+    """
+    return parse_text(text, parameters)
+
+
+def parse_text(text: str, parameters: Mapping[str, Any] | None = None,
+               extra_parameters: bool = False) -> Graph:
+    """``parse``; with ``extra_parameters``, values of names the text lacks are ignored and a
+    parameter missing from ``parameters`` has no value."""
     if not isinstance(text, str):
         raise ParseError(f"expected text, got {type(text).__name__}")
+    if parameters is not None and not isinstance(parameters, Mapping):
+        raise ParseError(f"parameters: expected a mapping of names to arrays, got "
+                         f"{type(parameters).__name__}")
     try:
-        p = Parser(text)
+        p = Parser(text, parameters, extra_parameters)
         g = p.parse_graph()
         if p.peek().kind != "eof":
             raise p.error("expected end of input")
+        extra = sorted(set(p.parameters or ()) - p.used, key=str)
+        if extra and not extra_parameters:
+            raise ParseError(f"parameters: {extra[0]!r} is not a parameter of graph {g.name!r}")
     except ParseError:
         raise
     except GradcError as e:

@@ -1,6 +1,7 @@
 """The deterministic text form of a graph (parsed back exactly by ``gradc.ir.parser``).
 
   graph pool_step(%x: f32[N,64,56,56], %dy: f32[N,64,28,28]) {
+    param %w: f32[64]
     %dx = max_pooling_grad(%x, %dy) {window_size = [2, 2], strides = [2, 2], ...} : f32[N,64,56,56]
     return %dx
   }
@@ -9,6 +10,9 @@ Names that are not plain identifiers are written as JSON strings (``%"a b"``); a
 are ints, floats (the shortest text that gives the stored value back), strings, ``true``/``false``,
 dtype names, lists, and ``array<f32[2]: [1.0, 2.0]>`` literals (raw bytes as ``hex "..."`` when
 the values would not print exactly, e.g. NaN payloads).
+
+A parameter prints as ``param %name: type`` before the nodes, never with its value (a model's
+weights would be megabytes of text): ``gradc.parse(text, parameters={name: array})`` supplies them.
 """
 
 from __future__ import annotations
@@ -113,6 +117,7 @@ def print_graph(g: Graph, indent: str = "") -> str:
     """The whole graph as text (no trailing newline)."""
     params = ", ".join(f"{fmt_name(v.name)}: {fmt_type(v.type)}" for v in g.inputs)
     lines = [f"{indent}graph {fmt_ident(g.name)}({params}) {{"]
+    lines += [f"{indent}  param {fmt_name(p.name)}: {fmt_type(p.type)}" for p in g.parameters]
     lines += [fmt_node(n, indent + "  ") for n in g.nodes]
     lines.append(f"{indent}  return " + ", ".join(fmt_name(v.name) for v in g.outputs))
     lines.append(f"{indent}}}")

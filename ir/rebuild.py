@@ -21,11 +21,14 @@ def rebuild_graph(g: Graph, nodes: Iterable[Node], find: Any = None,
     find = find or (lambda v: v)
     preferred = preferred or {}
     nodes = list(nodes)
-    every = {v.name for v in g.inputs} | {v.name for n in g.nodes for v in n.outputs}
-    claimed = {v.name for v in g.inputs} | {v.name for n in nodes for v in n.outputs if v.name}
+    sources = list(g.inputs) + list(g.parameters)
+    every = {v.name for v in sources} | {v.name for n in g.nodes for v in n.outputs}
+    claimed = {v.name for v in sources} | {v.name for n in nodes for v in n.outputs if v.name}
     fresh = _fresh_names(every | claimed)
     new = Graph(g.name)
     vmap: dict[Value, Value] = {v: new.input(v.name, v.type.dtype, v.type.shape) for v in g.inputs}
+    for p in g.parameters:
+        vmap[p] = new.add_parameter(p.name, p.value, p.type)
     for n in nodes:
         m = Node(n.op, [vmap[find(x)] for x in n.inputs], n.attrs,
                  [v.type for v in n.outputs], body=n.body, name=n.name)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from gradc.errors import GradcError, VerifyError
-from gradc.ir.core import Graph, Node
-from gradc.ir.printer import fmt_node, fmt_name
+import numpy as np
+
+from gradc.ir.core import Graph, Node, Parameter
+from gradc.ir.printer import fmt_node, fmt_name, fmt_type
 from gradc.ir.fused import infer_fused
 from gradc.ir.ops.registry import infer_node
 
@@ -40,17 +42,31 @@ def _check_node(g: Graph, i: int, n: Node) -> None:
         raise _fail(g, i, f"{n.op}: attributes: expected {sorted(attrs)}, got {sorted(n.attrs)}")
 
 
+def _check_parameter(g: Graph, p: Parameter) -> None:
+    a = p.value
+    if a is None:
+        return  # parsed without values: each call passes one
+    if (not isinstance(a, np.ndarray) or a.dtype != p.type.dtype.numpy
+            or a.shape != p.type.shape):
+        got = (f"{a.dtype}{list(a.shape)}" if isinstance(a, np.ndarray)
+               else type(a).__name__)
+        raise VerifyError(f"graph {g.name!r}: parameter {fmt_name(p.name)}: value: expected an "
+                          f"array of type {fmt_type(p.type)}, got {got}")
+
+
 def verify(g: Graph) -> Graph:
     """Raise ``VerifyError`` (with the IR around the bad node) unless the graph is well formed."""
     if not isinstance(g, Graph):
         raise VerifyError(f"verify: graph: expected a gradc.Graph, got {type(g).__name__}")
     defined: set[int] = set()
     names: set[str] = set()
-    for v in g.inputs:
+    for v in list(g.inputs) + list(g.parameters):
         if v.name in names:
             raise VerifyError(f"graph {g.name!r}: value {fmt_name(v.name)} is defined twice")
         names.add(v.name)
         defined.add(id(v))
+    for p in g.parameters:
+        _check_parameter(g, p)
     for i, n in enumerate(g.nodes):
         for v in n.inputs:
             if id(v) not in defined:

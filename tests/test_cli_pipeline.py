@@ -21,7 +21,9 @@ def test_grad_check_on_bundled_model(tmp_path, capsys):
     assert "onnxruntime agrees with the reference target on every output" in text
     model = onnx.load(str(out))
     onnx.checker.check_model(model, full_check=True)
-    assert [i.name for i in model.graph.input] == ["x", "grad_loss"]
+    # the model's weights are parameters: initializers also listed as inputs (issue 11)
+    assert [i.name for i in model.graph.input] == ["x", "grad_loss", "w", "b"]
+    assert [t.name for t in model.graph.initializer if t.name in ("w", "b")] == ["w", "b"]
     assert [o.name for o in model.graph.output] == ["loss", "grad_x"]
     assert {n.domain for n in model.graph.node} <= {""}
 
@@ -51,7 +53,7 @@ def test_compile_instruments(tmp_path, capsys):
     assert "nodes-fused" in err and "bytes-before" in err
     names = sorted(p.name for p in dump.iterdir())
     assert names[0] == "000-input.ir" and "006-fuse-elementwise.ir" in names
-    final = gradc.parse((dump / names[-1]).read_text())
+    final = gradc.parse((dump / names[-1]).read_text())  # parameters without values
     assert any(n.op == "fused" for n in final.nodes)
     src = (tmp_path / "t.py").read_text()
     assert "import numpy as np" in src

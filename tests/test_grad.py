@@ -24,7 +24,8 @@ def test_interface_order_and_names():
     g.output(ops.relu(b), "q")
     g.output(ops.add(k, k), "kk")
     t = gradc.grad(g)
-    assert [v.name for v in t.inputs] == ["a", "k", "b", "grad_p", "grad_q", "grad_kk"]
+    # an integer output gets no cotangent input (API.md, issue 11)
+    assert [v.name for v in t.inputs] == ["a", "k", "b", "grad_p", "grad_q"]
     assert [v.name for v in t.outputs] == ["p", "q", "kk", "grad_a", "grad_b"]
     assert [v.type for v in t.outputs[3:]] == [a.type, b.type]
     t2 = gradc.grad(g, wrt=["b"])

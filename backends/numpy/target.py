@@ -21,7 +21,7 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from gradc.errors import GradcError, UnsupportedError
-from gradc.ir.core import Graph, Node
+from gradc.ir.core import Graph, Node, parameters_as_inputs
 
 from gradc.backends.numpy.emit import EMITTERS
 from gradc.backends.numpy.function import emit_function
@@ -93,7 +93,8 @@ import numpy as np
 
 
 def generate(graph: Graph) -> tuple[str, str]:
-    """(module source, function name) for ``graph``."""
+    """(module source, function name) for ``graph`` (parameters are arguments like inputs)."""
+    graph = parameters_as_inputs(graph)
     check_supported(graph)
     fname = Namer()(graph.name)
     module = ModuleBuilder()
@@ -152,6 +153,7 @@ class NumpyTarget:
 
     def lower(self, graph: Graph, shapes: Mapping[str, int], **options: Any) -> Lowered:
         """Generate the NumPy module for ``graph`` and a runner that calls its function."""
+        graph = parameters_as_inputs(graph)  # the driver has done so; direct callers too
         reject_options(self.name, options)
         source, fname = generate(graph)
         return Lowered(NumpyRunner(graph, source, fname), source=source)

@@ -113,7 +113,17 @@ class Context(Protocol):
         """The array of a constant input (None when absent); UnsupportedError if not constant."""
 
     def value(self, node: OnnxNode, index: int, field: str) -> Value:
-        """The gradc value of a required input (constants become ``constant`` nodes)."""
+        """The gradc value of a required input (constants become ``constant`` nodes, float
+        initializers parameters)."""
+
+    def is_fixed(self, name: str) -> bool:
+        """True if the value is a constant that is no parameter (a node of it may fold)."""
+
+    def dims(self, node: OnnxNode, index: int, field: str) -> list[int | str] | None:
+        """A constant shape input; its entries are ints and symbolic dims (None when absent)."""
+
+    def shape_source(self, dims: tuple) -> Value | None:
+        """A value of the graph with exactly these dims that a ``Shape`` node read, if any."""
 
 
 @dataclass(frozen=True)

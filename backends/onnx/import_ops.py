@@ -18,6 +18,7 @@ from gradc.ir.ops.common import CLIP_DTYPES, POOL_DTYPES, RELU_DTYPES, SLICE_DTY
 from gradc.ir.ops.registry import Checker
 from gradc.ir.types import NUMERIC, DType
 from gradc.backends.onnx.format import dtype_of, elem_type_name
+from gradc.backends.onnx.import_unit_axis import pool_through_unit_axis
 from gradc.backends.onnx.import_node import (
     Context, OnnxNode, Produced, converter, int_list, normalize_axes, require_dtype, require_rank,
 )
@@ -91,8 +92,8 @@ def _neg(n: OnnxNode, ctx: Context) -> list[Produced]:
 
 
 def _const_input(n: OnnxNode, ctx: Context) -> np.ndarray | None:
-    """The array of input 0 when it is a constant, for folding."""
-    return ctx.const(n, 0, "input") if ctx.is_const(n.input(0)) else None
+    """The array of input 0 when it is a constant that is no parameter, for folding."""
+    return ctx.const(n, 0, "input") if ctx.is_fixed(n.input(0)) else None
 
 
 def _identity_fold(n: OnnxNode, ctx: Context) -> list[np.ndarray] | None:
@@ -146,11 +147,13 @@ def _constant(n: OnnxNode, ctx: Context) -> list[Produced]:
 # -- Reshape, Cast, ReduceSum -------------------------------------------------------------------
 
 
-def _reshape_target(x: Value, shape: Sequence[int], allowzero: bool) -> list[int | str]:
+def _reshape_target(x: Value, shape: Sequence[int | str], allowzero: bool) -> list[int | str]:
     src = x.type.shape
     target: list[int | str] = []
     for i, d in enumerate(shape):
-        if d == 0 and not allowzero:
+        if isinstance(d, str):
+            target.append(d)  # a symbolic dim read by Shape: the same symbol
+        elif d == 0 and not allowzero:
             if i >= len(src):
                 raise VerifyError(f"input shape[{i}]: expected a dim to copy (input rank "
                                   f"{len(src)}), got 0")
@@ -183,15 +186,15 @@ def _symbolic_hole(src: Sequence[Any], target: list[Any], lost: list[str]) -> li
 @converter("Reshape", const_inputs=((1, "shape"),))
 def _reshape(n: OnnxNode, ctx: Context) -> list[Produced]:
     x = ctx.value(n, 0, "data")
+    shape: list[int | str] | None
     if ctx.opset < 5:
-        shape = n.get_ints("shape", None)
+        shape = n.get_ints("shape", None)  # type: ignore[assignment]
         if shape is None:
             raise VerifyError("attribute shape: expected a list of ints, got none")
     else:
-        a = ctx.const(n, 1, "shape")
-        if a is None:
+        shape = ctx.dims(n, 1, "shape")  # a static shape computation may keep a symbol
+        if shape is None:
             raise VerifyError("input shape: expected a value (required input), got none")
-        shape = int_list(a, "shape")
     return [ops.reshape(x, _reshape_target(x, shape, bool(n.get_int("allowzero", 0))))]
 
 
@@ -359,7 +362,7 @@ def ceil_size(size: int, w: int, s: int, b: int, e: int, d: int) -> int:
 @converter("MaxPool", check=_maxpool_check)
 def _maxpool(n: OnnxNode, ctx: Context) -> list[Produced]:
     x = ctx.value(n, 0, "X")
-    rank = require_rank(x, 4, 5, "X", "max_pooling")
+    rank = require_rank(x, 3, 5, "X", "max_pooling")  # rank 3: through a unit axis
     require_dtype(x, POOL_DTYPES, "X", "max_pooling")
     nd = rank - 2
     spatial = x.type.shape[2:]
@@ -385,6 +388,12 @@ def _maxpool(n: OnnxNode, ctx: Context) -> list[Produced]:
     if n.get_int("ceil_mode", 0) and auto_pad == "NOTSET":
         sizes = [ceil_size(spatial[i], w[i], s[i], b[i], e[i], d[i])  # type: ignore[arg-type]
                  for i in range(nd)]
-    result = ops.max_pooling(x, w, s, b, e, d, output_indices=bool(n.output(1)),
-                             output_sizes=sizes)
+    def pool(v: Value, w: list[int], s: list[int], b: list[int], e: list[int], d: list[int],
+             sizes: list[int] | None) -> Value | tuple[Value, ...]:
+        return ops.max_pooling(v, w, s, b, e, d, output_indices=bool(n.output(1)),
+                               output_sizes=sizes)
+
+    if rank == 3:
+        return list(pool_through_unit_axis(x, w, s, b, e, d, sizes, pool))
+    result = pool(x, w, s, b, e, d, sizes)
     return list(result) if isinstance(result, tuple) else [result]

@@ -8,14 +8,24 @@ The importer works in three steps:
    attribute input, and evaluates ``Constant`` nodes;
 3. a second pass builds the gradc nodes; problems that need types (a dtype or rank the gradc op
    does not take, a symbolic dim where a size is needed) are collected too. All problems of both
-   passes are raised together as one ``UnsupportedError`` (also listed in its ``problems``).
+   passes are raised together as one ``UnsupportedError`` (also listed in its ``problems``):
+   when more than one node is refused, its first line groups them by op type
+   (``Conv (20 nodes, first 'conv1'), Gemm (1 node, ...)``) and the lines after it list all.
    Arguments that gradc rejects raise ``VerifyError`` prefixed with the ONNX node.
 
 Decisions:
 - Value and graph names are the ONNX names (graph name ``model.graph.name`` or ``main``).
   Values gradc needs beyond ONNX's get ``<output>:<k>`` names that no ONNX value uses.
-- A graph input that also has an initializer is a constant (the initializer's value), not an
-  input of the gradc graph, as ONNX Runtime treats it when the input is not fed.
+- Parameters (API.md): every floating-point initializer, and every initializer also listed as a
+  graph input, becomes a parameter of the same name where a node reads it as data (in the order
+  of first use). One read only where an op needs a constant (shapes, axes, pads, scales, Clip
+  bounds, ...) is folded into that op's attributes, as is any other constant; integer
+  initializers that are not graph inputs stay constants.
+- Static shape subgraphs (``import_shape.FOLDERS``: Shape, Gather, Unsqueeze, Concat, Cast,
+  ConstantOfShape, Expand, ... of constants and of the static shapes of values) are evaluated at
+  import, so that an attribute-like input computed by such a subgraph is a constant. A symbolic
+  dim stays a symbol through them (``Reshape`` to ``(N, -1)`` imports); arithmetic on it does
+  not fold. Float arithmetic of constants folds only where it derives from a shape.
 - A dim with ``dim_param`` becomes that symbol; a dim with neither value nor param gets a fresh
   symbol ``unk__<k>``; a dim of 0 is unsupported (gradc has no empty tensors).
 - ``Identity`` (and a ``ReduceSum`` that is a no-op) alias their input; a graph output named by
@@ -40,13 +50,23 @@ import onnx
 from gradc.errors import GradcError, ParseError, UnsupportedError, VerifyError
 from gradc.ir import builders
 from gradc.ir.core import Graph, Value
-from gradc.ir.parser import parse
+from gradc.ir.parser import parse_text
 from gradc.ir.types import DType
 from gradc.backends.onnx.format import (
     IR_HASH_KEY, IR_KEY, dtype_of, graph_digest, tensor_to_array,
 )
 from gradc.backends.onnx.import_node import CONVERTERS, OnnxNode
-from gradc.backends.onnx import import_ops, import_resize  # noqa: F401  (register converters)
+# Importing a converter module registers its converters.
+from gradc.backends.onnx import import_ops, import_resize  # noqa: F401
+from gradc.backends.onnx import import_math  # noqa: F401
+from gradc.backends.onnx import import_reduce  # noqa: F401
+from gradc.backends.onnx import import_movement  # noqa: F401
+from gradc.backends.onnx import import_conv  # noqa: F401
+from gradc.backends.onnx import import_gemm  # noqa: F401
+from gradc.backends.onnx import import_batch_norm  # noqa: F401
+from gradc.backends.onnx import import_training  # noqa: F401
+from gradc.backends.onnx.import_training import finish_rng_state
+from gradc.backends.onnx.import_shape import dims_of, fold_node, foldable, symbolic_error
 
 __all__ = ["from_onnx", "load_model"]
 
@@ -68,7 +88,9 @@ def embedded_graph(model: Any) -> Graph | None:
     if IR_KEY not in props or props.get(IR_HASH_KEY) != graph_digest(model.graph):
         return None
     try:
-        return parse(props[IR_KEY])
+        values = {t.name: tensor_to_array(t, f"initializer {t.name!r}")
+                  for t in model.graph.initializer}
+        return parse_text(props[IR_KEY], values, extra_parameters=True)
     except GradcError as e:
         raise ParseError(f"ONNX model: its embedded gradc IR ({IR_KEY}) is invalid: {e}") from None
 
@@ -111,6 +133,11 @@ class _Importer:
         self.graph = Graph(self.proto.name or "main")
         self.nodes = [OnnxNode(p, i) for i, p in enumerate(self.proto.node)]
         self.consts: dict[str, np.ndarray] = {}
+        self.candidates: set[str] = set()  # initializers that are parameters where read as data
+        self.known: set[str] = set()  # values that import_shape folds (first pass: optimistic)
+        self.derived: set[str] = set()  # folded values computed from a shape
+        self.known_derived: set[str] = set()  # first pass: will be, optimistically
+        self.shape_sources: dict[tuple, Value] = {}  # a value of each shape that Shape read
         self.env: dict[str, Value] = {}
         self.failed: set[str] = set()
         self.problems: list[tuple[int, str]] = []
@@ -128,6 +155,7 @@ class _Importer:
         bad = self._first_pass(order)
         self._second_pass(order, bad)
         self._mark_outputs()
+        finish_rng_state(self)  # the state output of training-mode Dropouts (SPEC-training §21)
         if self.problems:
             self._raise_problems()
         return self.graph
@@ -138,6 +166,8 @@ class _Importer:
                 raise VerifyError(f"initializer {t.name!r} is defined twice")
             try:
                 self.consts[t.name] = tensor_to_array(t, f"initializer {t.name!r}")
+                if self.consts[t.name].dtype.kind == "f":
+                    self.candidates.add(t.name)
             except UnsupportedError as e:
                 self.problems.append((-1, str(e)))
                 self.failed.add(t.name)
@@ -154,7 +184,9 @@ class _Importer:
                 raise VerifyError(f"graph input {vi.name!r}: expected a unique non-empty name")
             seen.add(vi.name)
             if vi.name in self.consts or vi.name in self.failed:
-                continue  # an input with an initializer is a constant (module docstring)
+                if vi.name in self.consts:
+                    self.candidates.add(vi.name)  # a parameter (module docstring)
+                continue
             try:
                 dtype, shape = self._input_type(vi, params)
             except UnsupportedError as e:
@@ -238,7 +270,7 @@ class _Importer:
             if found:
                 bad.add(n.index)
                 continue
-            fold = CONVERTERS[n.op].fold
+            fold = CONVERTERS[n.op].fold if n.op in CONVERTERS else None
             try:
                 arrays = _with_where(n, lambda: fold(n, self)) if fold else None
             except UnsupportedError as e:
@@ -246,21 +278,48 @@ class _Importer:
                 bad.add(n.index)
                 continue
             if arrays is not None:
-                for name, a in zip(n.outputs, arrays):
-                    if name:
-                        self.consts[name] = a
+                self._store_folded(n, arrays)
+            elif self._will_fold(n):
+                self.known.update(o for o in n.outputs if o)
+                self._fold_early(n)
         return bad
 
+    def _fold_early(self, n: OnnxNode) -> None:
+        """Fold now what needs no types of built values (so that the static checks that follow
+        see the value); the rest folds in the second pass, where its errors are reported."""
+        try:
+            arrays = fold_node(n, self)
+        except GradcError:
+            return
+        if arrays is not None:
+            self._store_folded(n, arrays)
+
+    def _will_fold(self, n: OnnxNode) -> bool:
+        """First pass: whether ``import_shape`` will evaluate the node (as ``fold_node`` does:
+        constants that are no parameters, values folded before, any constant in shape work)."""
+        shape_work = n.op in ("Shape", "Size") or any(
+            x in self.known_derived or x in self.derived for x in n.inputs if x)
+        ok = foldable(n, lambda x: self.is_fixed(x) or x in self.known
+                      or (shape_work and x in self.consts))
+        if ok and shape_work:
+            self.known_derived.update(o for o in n.outputs if o)
+        return ok
+
     def _static_problems(self, n: OnnxNode) -> list[str]:
+        if not n.domain and n.op not in CONVERTERS and self._will_fold(n):
+            return []  # evaluated at import (import_shape)
         if n.domain or n.op not in CONVERTERS:
             dom = f" (domain {n.domain})" if n.domain else ""
             return [f"op {n.op}{dom} is not supported"]
         conv = CONVERTERS[n.op]
-        found = [f"input {field} ({n.input(i)!r}) must be a constant (an initializer or a "
-                 "Constant node)" for i, field in conv.const_inputs
+        found = [f"input {field} ({n.input(i)!r}) must be a constant (an initializer, a "
+                 "Constant node or a static shape computation)" for i, field in conv.const_inputs
                  if n.input(i) and not self.is_const(n.input(i))]
         if conv.check is not None:
-            found += _with_where(n, lambda: conv.check(n, self))
+            try:
+                found += _with_where(n, lambda: conv.check(n, self))
+            except UnsupportedError as e:  # e.g. a constant that folds only in the second pass
+                found.append(str(e))
         return found
 
     def _second_pass(self, order: list[OnnxNode], bad: set[int]) -> None:
@@ -269,6 +328,14 @@ class _Importer:
             if skip or all(o in self.consts for o in n.outputs if o):
                 if skip:
                     self.failed.update(o for o in n.outputs if o)
+                continue
+            if self._fold(n):
+                continue
+            if n.op not in CONVERTERS:
+                self.problems.append((n.index, f"{n.where}: op {n.op} is supported only where "
+                                      "its inputs are known at import (a static shape "
+                                      "computation)"))
+                self.failed.update(o for o in n.outputs if o)
                 continue
             start = len(self.graph.nodes)
             try:
@@ -281,6 +348,27 @@ class _Importer:
                 if not self.problems:
                     raise VerifyError(f"{n.where}: {e}") from None
                 self._fail(n, start)  # the unsupported features are the news; this may follow
+
+    def _fold(self, n: OnnxNode) -> bool:
+        """Evaluate a static shape computation at import (``import_shape``); True when done."""
+        try:
+            arrays = _with_where(n, lambda: fold_node(n, self))
+        except UnsupportedError as e:
+            self.problems.append((n.index, f"{n.where}: {e}"))
+            self.failed.update(o for o in n.outputs if o)
+            return True
+        if arrays is None:
+            return False
+        self._store_folded(n, arrays)
+        return True
+
+    def _store_folded(self, n: OnnxNode, arrays: list[np.ndarray]) -> None:
+        from_shape = n.op in ("Shape", "Size") or any(x in self.derived for x in n.inputs if x)
+        for name, a in zip(n.outputs, arrays):
+            if name:
+                self.consts[name] = a
+                if from_shape:
+                    self.derived.add(name)
 
     def _fail(self, n: OnnxNode, start: int) -> None:
         """Mark the node's outputs failed; keep the names of values it left behind unique."""
@@ -300,10 +388,19 @@ class _Importer:
                 self.consts[name] = v
                 continue
             if id(v) not in self.named:
+                self._free_name(name, start)
                 self.graph.rename(v, name)
                 self.named.add(id(v))
             self.env[name] = v
         self._name_temps(n, start)
+
+    def _free_name(self, name: str, start: int) -> None:
+        """Move a new value whose automatic name (a counter, "9") is the ONNX output name
+        ``name`` (TorchScript exports name values by numbers) to a temporary name."""
+        for node in self.graph.nodes[start:]:
+            for v in node.outputs:
+                if v.name == name and id(v) not in self.named:
+                    self.graph.rename(v, self._temp_name(name))
 
     def _name_temps(self, n: OnnxNode, start: int) -> None:
         base = next((o for o in n.outputs if o), n.op)
@@ -324,14 +421,17 @@ class _Importer:
         for vi in self.proto.output:
             if vi.name in self.failed:
                 continue
+            if vi.name not in self.env:
+                self.candidates.discard(vi.name)  # an initializer no node reads: a constant
             try:
                 v = self._value_of(vi.name, "graph output")
             except UnsupportedError as e:
                 self.problems.append((len(self.nodes), f"graph output {vi.name!r}: {e}"))
                 continue
-            if vi.name in inputs:
+            if vi.name in inputs or (v.producer is None and v.name == vi.name):
+                what = "input" if vi.name in inputs else "parameter"
                 self.problems.append((len(self.nodes), f"graph output {vi.name!r} is the graph "
-                                      "input of that name (gradc needs distinct names)"))
+                                      f"{what} of that name (gradc needs distinct names)"))
                 continue
             self.graph.output(v, vi.name)
 
@@ -339,9 +439,10 @@ class _Importer:
         items = [msg for _, msg in sorted(self.problems, key=lambda p: p[0])]
         head = f"ONNX graph {self.graph.name!r}: {len(items)} unsupported " \
                f"feature{'s' if len(items) > 1 else ''}: "
-        if len(items) <= 20:
+        refused = {i for i, _ in self.problems if 0 <= i < len(self.nodes)}
+        if len(refused) <= 1 and len(items) <= 20:
             head += "; ".join(items)
-        else:  # one readable line first (the CLI prints only it), then every problem
+        else:  # one readable line grouped by op type first (the CLI prints only it), then all
             head += _summary(self.nodes, self.problems) + "\n" + "\n".join(items)
         e = UnsupportedError(head)
         e.problems = items  # type: ignore[attr-defined]
@@ -349,8 +450,13 @@ class _Importer:
 
     # -- the Context protocol of the converters ---------------------------------------------
     def is_const(self, name: str) -> bool:
-        """True if the ONNX value is an initializer or a constant node's output."""
-        return name in self.consts
+        """True if the ONNX value is an initializer, a constant node's output, or folded at
+        import (in the first pass: will be folded, see ``import_shape``)."""
+        return name in self.consts or name in self.known
+
+    def is_fixed(self, name: str) -> bool:
+        """True if the value is a constant that is no parameter: a node of it may be folded."""
+        return name in self.consts and name not in self.candidates
 
     def const(self, node: OnnxNode, index: int, field: str) -> np.ndarray | None:
         """The array of a constant input, None when absent."""
@@ -359,8 +465,33 @@ class _Importer:
             return None
         if name not in self.consts:
             raise UnsupportedError(f"input {field} ({name!r}) must be a constant (an "
-                                   "initializer or a Constant node)")
-        return self.consts[name]
+                                   "initializer, a Constant node or a static shape "
+                                   "computation)")
+        a = self.consts[name]
+        if a.dtype == object:
+            raise symbolic_error(f"input {field} ({name!r})", a)
+        return a
+
+    def dims(self, node: OnnxNode, index: int, field: str) -> list[int | str] | None:
+        """A constant shape input whose entries may be symbolic dims (ints and symbol names)."""
+        name = node.input(index)
+        if not name:
+            return None
+        if name not in self.consts:
+            raise UnsupportedError(f"input {field} ({name!r}) must be a constant (an "
+                                   "initializer, a Constant node or a static shape "
+                                   "computation)")
+        return dims_of(self.consts[name], field)
+
+    def shape_source(self, dims: tuple) -> Value | None:
+        """A value of the graph with exactly these dims, read by a ``Shape`` node, if any."""
+        return self.shape_sources.get(tuple(dims))
+
+    def value_type(self, name: str) -> Any:
+        """The gradc type of a built value or a constant (a Shape node reads it); None else."""
+        if name in self.env:
+            return self.env[name].type
+        return None
 
     def value(self, node: OnnxNode, index: int, field: str) -> Value:
         """The gradc value of a required input."""
@@ -373,11 +504,18 @@ class _Importer:
         if name in self.env:
             return self.env[name]
         a = self.consts[name]
+        if a.dtype == object:
+            raise symbolic_error(f"{what} ({name!r})", a)
         if a.size == 0:
             raise UnsupportedError(f"{what} ({name!r}) is an empty tensor (shape "
                                    f"{list(a.shape)}); gradc has no empty tensors")
         if a.ndim > 8:
             raise UnsupportedError(f"{what} ({name!r}) has rank {a.ndim} (gradc: at most 8)")
+        if name in self.candidates:
+            p = self.graph.add_parameter(name, np.array(a, order="C"))  # own copy, 0-d kept
+            self.named.add(id(p))
+            self.env[name] = p
+            return p
         v = builders.constant(a, graph=self.graph)
         self.graph.rename(v, name)
         self.named.add(id(v))
@@ -431,8 +569,12 @@ def _topological(deps: list[set[int]], nodes: list[OnnxNode]) -> list[int]:
 def _summary(nodes: list[OnnxNode], problems: list[tuple[int, str]]) -> str:
     """Problems grouped by ONNX op type in model order: ``Where (30 nodes, first 'a/Where')``."""
     groups: dict[str, list[str]] = {}
+    seen: set[int] = set()
     for index, _ in sorted(problems, key=lambda p: p[0]):
         if 0 <= index < len(nodes):
+            if index in seen:
+                continue  # a node with several problems counts once
+            seen.add(index)
             n = nodes[index]
             groups.setdefault(n.op, []).append(n.name or f"#{n.index}")
         else:

@@ -70,18 +70,35 @@ from onnx import helper
 
 from gradc.backends.onnx.builder import OnnxGraphBuilder, Tensor
 from gradc.backends.onnx.format import (
-    ELEM_TYPES, IR_HASH_KEY, IR_KEY, IR_VERSION, OPSET, PRODUCER, graph_digest, producer_version,
+    ELEM_TYPES, IR_HASH_KEY, IR_KEY, IR_VERSION, OPSET, PRODUCER, array_to_tensor, graph_digest,
+    producer_version,
 )
 from gradc.backends.onnx.lower_arith import lower_arith_table
 from gradc.backends.onnx.lower_pooling import lower_pool_table
 from gradc.backends.onnx.lower_resample import lower_resample_table
+from gradc.backends.onnx.lower_math import lower_math_table
+from gradc.backends.onnx.lower_reduce import lower_reduce_table
+from gradc.backends.onnx.lower_movement import lower_movement_table
+from gradc.backends.onnx.lower_conv import lower_conv_table
+from gradc.backends.onnx.lower_gemm import lower_gemm_table
+from gradc.backends.onnx.lower_batch_norm import lower_batch_norm_table
+from gradc.backends.onnx.lower_training import lower_training_table
 from gradc.backends.target import Lowered
 from gradc.errors import GradcError, ResourceError, UnsupportedError, VerifyError
-from gradc.ir.core import Graph, Node, Value
+from gradc.ir.core import Graph, Node, Value, parameters_as_inputs
 from gradc.ir.interpret import evaluate_node
 from gradc.ir.verify import verify
 
-LOWERINGS = {**lower_arith_table(), **lower_pool_table(), **lower_resample_table()}
+LOWERINGS = {
+    **lower_arith_table(), **lower_pool_table(), **lower_resample_table(),
+    **lower_math_table(),
+    **lower_reduce_table(),
+    **lower_movement_table(),
+    **lower_conv_table(),
+    **lower_gemm_table(),
+    **lower_batch_norm_table(),
+    **lower_training_table(),
+}
 
 
 def unsupported_ops(graph: Graph) -> list[str]:
@@ -100,12 +117,27 @@ def _value_info(v: Value) -> onnx.ValueInfoProto:
 
 
 def to_onnx(graph: Graph) -> onnx.ModelProto:
-    """Export a graph as a standard-domain ONNX model (opset 21) that onnxruntime runs."""
+    """Export a graph as a standard-domain ONNX model (opset 21) that onnxruntime runs.
+
+    Parameters become initializers of the same names, also listed as graph inputs (after the
+    graph's own inputs), so that a caller may feed new values (a parameter without a value is
+    an input alone).
+    """
     verify(graph)
     missing = unsupported_ops(graph)
     if missing:
         raise UnsupportedError(f"to_onnx: op: expected operators with an ONNX lowering, got "
                                f"{', '.join(missing)}")
+    lifted = parameters_as_inputs(graph)
+    model = _export(lifted)
+    model.graph.initializer.extend(array_to_tensor(p.value, p.name) for p in graph.parameters
+                                   if p.value is not None)
+    helper.set_model_props(model, {IR_KEY: str(graph), IR_HASH_KEY: graph_digest(model.graph)})
+    return model
+
+
+def _export(graph: Graph) -> onnx.ModelProto:
+    """The model of a graph without parameters (its metadata is set by ``to_onnx``)."""
     gb = OnnxGraphBuilder([v.name for v in graph.inputs] + [v.name for v in graph.outputs])
     env: dict[Value, Tensor] = {}
     for v in graph.inputs:
@@ -123,7 +155,6 @@ def to_onnx(graph: Graph) -> onnx.ModelProto:
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)],
                               ir_version=IR_VERSION, producer_name=PRODUCER,
                               producer_version=producer_version())
-    helper.set_model_props(model, {IR_KEY: str(graph), IR_HASH_KEY: graph_digest(model.graph)})
     return model
 
 
@@ -274,6 +305,7 @@ class OnnxTarget:
                                     or not 1 <= threads <= MAX_THREADS):
             raise VerifyError(f"compile: threads: expected an int in [1, {MAX_THREADS}] or None, "
                               f"got {threads!r}")
+        graph = parameters_as_inputs(graph)  # the driver has done so; direct callers too
         model = to_onnx(graph)
         make = functools.partial(session, model, threads=threads, optimize=optimize)
         if _largest_static_bytes(graph) > LAZY_SESSION_BYTES:
