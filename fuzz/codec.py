@@ -24,7 +24,7 @@ def encode(obj: Any) -> Any:
         except UnicodeDecodeError:
             return {"__bytes__": base64.b64encode(bytes(obj)).decode("ascii")}
     if isinstance(obj, np.ndarray):
-        a = np.ascontiguousarray(obj)
+        a = np.array(obj, order="C")  # (ascontiguousarray makes 0-d arrays 1-d)
         return {"__array__": a.dtype.str, "shape": list(a.shape),
                 "data": base64.b64encode(a.tobytes()).decode("ascii")}
     if isinstance(obj, np.generic):

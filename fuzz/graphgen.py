@@ -133,8 +133,8 @@ def apply_step(g: Graph, values: list[Value], step: tuple[Any, ...] | list[Any])
         else:
             with g:
                 out = getattr(ops, op)(*operands, **attrs)
-        outs = out if isinstance(out, tuple) else (out,)
-        values.extend(outs)
+        outs = tuple(v for v in (out if isinstance(out, tuple) else (out,)) if v is not None)
+        values.extend(outs)  # (sgd without momentum returns no buffer: None)
         return outs
     if kind == "output":
         return g.output(values[step[1]], step[2])

@@ -27,6 +27,7 @@ import gradc.api
 import gradc.backends
 import gradc.passes
 from gradc.errors import GradcError
+from gradc.check import uses_transcendental
 from gradc.ir.core import Graph, structurally_equal
 from gradc.ir.parser import parse
 from gradc.ir.verify import verify
@@ -79,10 +80,13 @@ def _difference(a: Graph, b: Graph) -> str:
 
 
 def roundtrip(g: Graph, what: str) -> Graph:
-    """Check that ``parse(str(g))`` equals ``g`` and prints the same; returns the parsed graph."""
+    """Check that ``parse(str(g), parameters=...)`` equals ``g`` and prints the same; returns the
+    parsed graph. The text holds no parameter values: they are passed as API.md says."""
     text = str(g)
+    values = {p.name: p.value for p in g.parameters}
     try:
-        g2 = parse(text)
+        g2 = parse(text, parameters=values if all(v is not None for v in values.values())
+                   else None)
     except GradcError as e:
         line = getattr(e, "line", 0)
         raise Finding("roundtrip", f"{what}:reparse:{_op_at(text, line)}",
@@ -136,9 +140,11 @@ def identical(got: np.ndarray, ref: np.ndarray) -> bool:
     return bool((same | (np.isnan(got) & np.isnan(ref))).all())
 
 
-def close(got: np.ndarray, ref: np.ndarray, sums: bool = False) -> bool:
+def close(got: np.ndarray, ref: np.ndarray, sums: bool = False, floor: float = 0.0) -> bool:
     """Within ``gradc check``'s whole-graph tolerance for inexact targets; with ``sums``, an
-    element that is not finite on either side is not compared (an overflow in another order)."""
+    element that is not finite on either side is not compared (an overflow in another order).
+    ``floor``: the least magnitude the tolerance is relative to (for data of that magnitude,
+    where a result that cancels to 0 may carry the rounding of the terms it summed)."""
     if got.shape != ref.shape or got.dtype != ref.dtype:
         return False
     if ref.dtype.kind != "f":
@@ -151,18 +157,30 @@ def close(got: np.ndarray, ref: np.ndarray, sums: bool = False) -> bool:
         fin = np.isfinite(r) & np.isfinite(g)
         err = float(np.abs(g[fin] - r[fin]).max(initial=0.0))
         info = np.finfo(ref.dtype)
-        return err <= 64 * float(info.eps) * float(np.abs(r[fin]).max(initial=0.0)) + float(
-            info.tiny)
+        return err <= 64 * float(info.eps) * max(float(np.abs(r[fin]).max(initial=0.0)),
+                                                 floor) + float(info.tiny)
 
 
 # Ops that add many terms: an inexact target may add them in another order, and where a partial
 # sum overflows (the feeds hold float maxima and infinities) the non-finite results differ.
-SUMMING = frozenset({"reduce_sum", "resample", "resample_grad", "max_pooling_grad"})
-
-
+TRAINING_SUMMING = frozenset({  # SPEC-training §9.5's summing ops (see ``tame_feeds``)
+    "convolution", "convolution_filter_grad", "gemm", "average_pooling", "average_pooling_grad",
+    "reduce_mean", "batch_normalization", "batch_normalization_grad",
+    "batch_normalization_training", "batch_normalization_training_grad", "softmax",
+    "log_softmax"})
+SUMMING = frozenset({"reduce_sum", "resample", "resample_grad", "max_pooling_grad"}) | \
+    TRAINING_SUMMING
+# SPEC-training §9.5: the reference evaluates these in float64 with NumPy and rounds once; the C
+# target calls the C library, whose results may differ in the last place ("targets may
+# differ", 4 ulps): so ``c`` is held to the tolerance, not bit for bit, where they occur.
 def compare(target: str, out: Mapping[str, Any], ref: Mapping[str, np.ndarray],
-            sums: bool = False) -> None:
-    """Raise a ``mismatch`` Finding when a target's outputs differ from the reference's."""
+            sums: bool = False, half: bool = False, approx: bool = False,
+            floor: float = 0.0) -> None:
+    """Raise a ``mismatch`` Finding when a target's outputs differ from the reference's;
+    ``half``: the graph computes in float16 somewhere (see the onnx rule below); ``approx``:
+    an exact target is held to the tolerance too (ops with ``transcendental`` set);
+    ``floor``: see ``close``.
+    """
     if set(out) != set(ref):
         raise Finding("mismatch", f"{target}:outputs",
                       f"{target}: outputs {sorted(out)} against the reference's {sorted(ref)}")
@@ -176,7 +194,10 @@ def compare(target: str, out: Mapping[str, Any], ref: Mapping[str, np.ndarray],
             raise Finding("mismatch", f"{target}:shape",
                           f"{target}: output {name!r} is {got.dtype}{list(got.shape)}, the "
                           f"reference's {want.dtype}{list(want.shape)}")
-        if not (identical(got, want) if exact else close(got, want, sums)):
+        if target == "onnx" and half:
+            continue  # onnxruntime drops float16 roundings (docs/conformance.md): not compared
+        if not (identical(got, want) if exact and not approx else
+                close(got, want, sums, floor)):
             g, w = got.reshape(-1), want.reshape(-1)
             bad = [i for i in range(g.size) if not identical(g[i:i + 1], w[i:i + 1])]
             at = bad[0] if bad else 0
@@ -246,6 +267,7 @@ def check_graph(g: Graph, opts: Mapping[str, Any], stages: Stages | None = None)
     ref = st.run("run:reference", lambda: exes["reference"](**feeds))
     if ref is None:
         return st.status
+    half = any(v.type.dtype.value == "float16" for v in g.values())
     for t, exe in exes.items():
         if t == "reference":
             continue
@@ -253,9 +275,44 @@ def check_graph(g: Graph, opts: Mapping[str, Any], stages: Stages | None = None)
         for k, v in keep.items():
             if not identical(feeds[k], v):
                 raise Finding("input-modified", t, f"{t}: the call changed input {k!r}")
-        if out is not None:
-            compare(t, out, ref, sums=any(n.op in SUMMING for n in g.nodes))
+        if out is None or undefined_casts(g):
+            continue
+        if t == "onnx" and any(n.op in TRAINING_SUMMING for n in g.nodes):
+            tame = tame_feeds(feeds, stream("tame"))
+            ref2 = st.run("run:reference", lambda: exes["reference"](**tame))
+            out = st.run("run:onnx", lambda: exe(**tame))
+            if ref2 is not None and out is not None:
+                compare(t, out, ref2, sums=True, half=half, floor=1.0)
+            continue
+        compare(t, out, ref, sums=any(n.op in SUMMING for n in g.nodes), half=half,
+                approx=t == "c" and uses_transcendental(g))
     return st.status
+
+
+def tame_feeds(feeds: Mapping[str, np.ndarray], rng: random.Random) -> dict[str, np.ndarray]:
+    """The feeds with every float replaced by a small multiple of 1/4 (integers kept).
+
+    The ``onnx`` target of a graph with one of SPEC-training §9.5's summing ops is compared on
+    these instead of the special values: onnxruntime sums in its own order, so with float maxima
+    and subnormals a partial sum rounds or overflows differently, and an op after it that is
+    not continuous (``relu_grad``, a comparison, ``max_pooling``'s argmax) turns that rounding
+    into any difference (a false alarm: the sums are within §9.5's tolerance). Also, the
+    reference skips padding taps of ``convolution`` (never 0·w) where onnxruntime's ``Conv``
+    multiplies the zeros, so an inf filter gives NaN on the ``onnx`` target only, a documented
+    deviation (docs/conformance.md, "Convolution"). These values sum exactly in any order.
+    """
+    nrng = np.random.default_rng(rng.getrandbits(32))
+    return {k: (nrng.integers(-8, 9, a.shape) / 4.0).astype(a.dtype) if a.dtype.kind == "f"
+            else a.copy() for k, a in feeds.items()}
+
+
+def undefined_casts(g: Graph) -> bool:
+    """Whether the graph casts floats to integers: out-of-range values and NaN give an
+    implementation-defined integer there (ir/ops/arith.py, ``cast``), which differs between
+    NumPy's paths, C and onnxruntime, so the targets' values are not compared."""
+    return any(n.op == "cast" and n.inputs[0].type.dtype.is_float
+               and not n.outputs[0].type.dtype.is_float and n.outputs[0].type.dtype.value != "bool"
+               for n in g.nodes)
 
 
 def hostile_api_call(g: Graph, rng: random.Random, st: Stages) -> None:

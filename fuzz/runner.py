@@ -162,6 +162,13 @@ class Campaign:
             c.count += 1
         if not new:
             return
+        variant = None
+        if c.known and r.key[1] != "timeout" and not self._stored_case_fails(w, r.key):
+            # The stored case of this key passes now: this input is another bug under the same
+            # key. (Timeouts are left known: a stored hang that runs fast when replayed alone
+            # says nothing about this one.)
+            c.known, variant = False, hashlib.sha1(repr(payload).encode(
+                "utf-8", "surrogatepass")).hexdigest()[:6]
         self.log(f"[{h}] {'known' if c.known else 'NEW'} class {key_text(r.key)}: "
                  f"{short(r.message, 120)}")
         if c.known or payload is None or not self.save:
@@ -176,16 +183,25 @@ class Campaign:
             return w.run(h, p).key == r.key
 
         if not still_fails(payload):  # depends on the worker's history: keep it as found
-            path = store.save(h, r.key, payload, r.message, seed, reproduced=False)
+            path = store.save(h, r.key, payload, r.message, seed, reproduced=False,
+                              variant=variant)
             self.log(f"[{h}]   did not fail again in a fresh run; kept unminimized -> "
                      f"{os.path.relpath(path, REPO)}")
         else:
             small = minimize(module, payload, still_fails, budget)
-            path = store.save(h, r.key, small, r.message, seed)
+            path = store.save(h, r.key, small, r.message, seed, variant=variant)
             self.log(f"[{h}]   minimized in {budget.used} tests -> "
                      f"{os.path.relpath(path, REPO)}")
         with self.lock:
             c.path = path
+
+    def _stored_case_fails(self, w: Worker, key: tuple[str, str, str]) -> bool:
+        """Whether the stored case of ``key`` still fails with that key."""
+        try:
+            case = store.load_case(self.known[key])
+        except (OSError, ValueError, KeyError):
+            return True
+        return w.run(case.harness, case.payload).key == key
 
     # -- results ----------------------------------------------------------------------------
     @property

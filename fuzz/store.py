@@ -57,15 +57,16 @@ def stored_keys(root: str = ROOT) -> dict[tuple[str, str, str], str]:
 
 
 def save(harness: str, key: tuple[str, str, str], payload: Any, message: str, seed: int | None,
-         root: str = ROOT, reproduced: bool = True) -> str:
+         root: str = ROOT, reproduced: bool = True, variant: str | None = None) -> str:
     """Write a case (data file and JSON); returns the path to replay it with.
 
     ``reproduced``: False when the input did not fail again when run alone (the failure
-    depended on what the worker ran before); the JSON file says so.
+    depended on what the worker ran before); the JSON file says so. ``variant``: a suffix for
+    another case of a key whose first stored case passes now (both are kept).
     """
     folder = os.path.join(root, harness)
     os.makedirs(folder, exist_ok=True)
-    stem = os.path.join(folder, key_hash(key))
+    stem = os.path.join(folder, key_hash(key) + (f"-{variant}" if variant else ""))
     ext, data, rest = harness_module(harness).files(payload)
     path = stem + ext
     meta: dict[str, Any] = {

@@ -2,7 +2,9 @@
 
 Models come from ``onnx.helper`` (a chain of Relu, Clip, Add, Sub, Mul, Neg, Identity, Constant,
 Reshape, Cast, ReduceSum, Slice, MaxPool, Resize, now and then an op gradc lacks, with attribute
-values that are sometimes boundary values) or from ``gradc.to_onnx`` of a generated graph. They
+values that are sometimes boundary values), from ``fuzz.onnx_training_models`` (the training ops
+of SPEC-training.md §21: Conv ... SoftmaxCrossEntropyLoss, shape subgraphs, CNN and MLP chains,
+each op only once gradc imports it), or from ``gradc.to_onnx`` of a generated graph. They
 are mutated at the protobuf level (attribute values and types, dims, element types, initializer
 contents, opset, op types, names, the embedded gradc IR) and at the byte level, then go through
 ``from_onnx`` and every stage of ``fuzz.pipeline``. An unmutated built model is also run by
@@ -29,13 +31,17 @@ from gradc.ir.parser import parse
 from fuzz.common import Finding
 from fuzz.graphgen import FLOAT_EDGES, INT_EDGES, generate_graph, random_array
 from fuzz.minimize import ddmin
+from fuzz.onnx_training_models import (MUTANT_ATTRS, MUTANT_OPS, TrainingModelGen,
+                                       training_divergence)
 from fuzz.pipeline import Stages, check_graph, close
 from fuzz.textmut import TextMutator
 
 ELEM_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT, TensorProto.FLOAT, TensorProto.FLOAT16,
               TensorProto.DOUBLE, TensorProto.INT32, TensorProto.INT64, TensorProto.INT8,
               TensorProto.UINT8)
-UNSUPPORTED = ("Conv", "Gemm", "Softmax", "Where", "Transpose", "Concat", "MatMul", "Sigmoid")
+# Ops gradc does not import (SPEC-training §21 "Refused", and others it lacks).
+UNSUPPORTED = ("LpPool", "MaxUnpool", "ConvInteger", "QLinearConv", "MatMulInteger", "Erf",
+               "Einsum", "InstanceNormalization")
 OPSETS = (13, 13, 13, 17, 18, 19, 11, 10, 7, 21)
 INT64_EDGES = tuple(v for v in INT_EDGES if -2 ** 63 <= v < 2 ** 63)
 
@@ -349,7 +355,8 @@ class ModelMutator:
         else:
             name = self.rng.choice(("kernel_shape", "strides", "pads", "ceil_mode", "axes",
                                     "keepdims", "to", "mode", "auto_pad", "min", "allowzero",
-                                    "value", "antialias", "storage_order", "dilations"))
+                                    "value", "antialias", "storage_order", "dilations")
+                                   + MUTANT_ATTRS)
             n.attribute.append(helper.make_attribute(name, self.rng.choice(
                 (1, 0, [1, 1], [2 ** 62, 1], 1.5, "x", [0, 0, 0, 0]))))
 
@@ -416,7 +423,8 @@ class ModelMutator:
         if n is not None:
             n.op_type = self.rng.choice(("Relu", "Clip", "Slice", "MaxPool", "Resize", "Add",
                                          "Mul", "Reshape", "Cast", "ReduceSum", "Identity",
-                                         "Constant", "Neg", "Sub", "Conv", "relu", ""))
+                                         "Constant", "Neg", "Sub", "relu", "")
+                                        + MUTANT_OPS)
 
     def rename(self, m: onnx.ModelProto) -> None:
         n = self._node(m)
@@ -482,7 +490,8 @@ def generate(rng: random.Random) -> dict[str, Any]:
                     "count": rng.choice((0, 1, 1, 2, 3)), **opts}
         except Exception:  # a graph that cannot be built or printed: build a model instead
             pass
-    data = ModelGen(rng).build().SerializeToString()
+    gen = TrainingModelGen(rng) if rng.random() < 0.6 else ModelGen(rng)
+    data = gen.build().SerializeToString()
     count = rng.choice((0, 0, 1, 1, 2, 3))
     opts["ort"] = count == 0
     data = ModelMutator(rng).mutate(data, count)
@@ -525,6 +534,8 @@ def _known_divergence(data: bytes) -> bool:
     try:
         model = onnx.load_from_string(data)
     except Exception:  # not a model onnx reads: nothing to compare anyway
+        return True
+    if training_divergence(model):
         return True
     for node in model.graph.node:
         a = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
