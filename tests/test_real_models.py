@@ -159,3 +159,19 @@ def test_weight_gradients_in_onnxruntime(name):
     got, ref, train = _gradients(name, "float64", "onnx")
     _close_to({o.name: got[o.name] for o in train.outputs},
               {o.name: ref[o.name] for o in train.outputs}, 1e-9, f"{name}/onnx")
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_training_graphs_export_as_standard_onnx(name):
+    """grad(wrt="all") of each model: to_onnx passes the full checker with default-domain
+    operators only (no com.microsoft training ops) and stock onnxruntime runs it as the
+    reference does."""
+    _, x, labels, blob = exported(name, "ts_train_loss", "float64")
+    g = gradc.from_onnx(blob)
+    train = gradc.grad(g, wrt="all")
+    assert [o.name for o in train.outputs][-len(train.parameters):] == \
+        [f"grad_{p.name}" for p in train.parameters]
+    model = gradc.to_onnx(train)
+    onnx.checker.check_model(model, full_check=True)
+    assert {n.domain for n in model.graph.node} <= {""}, "default-domain operators only"
+    assert {o.domain for o in model.opset_import} == {""}
