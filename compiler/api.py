@@ -44,9 +44,22 @@ def _prepare(graph: Graph, target: str, passes: str | Sequence[str] | None,
                           f"{show_value(target, repr)}")
     bound = _check_shapes(shapes)
     verify(graph)
+    _check_free_symbols(graph)
     opt = optimize(graph, passes, instruments=instruments, verify_each=verify_each,
                    symbols=bound)
     return opt, bound
+
+
+def _check_free_symbols(graph: Graph) -> None:
+    """Every symbol must size an input: the targets read symbols from the inputs' shapes
+    (``random_generator``'s ``output_sizes`` may name one that sizes nothing)."""
+    sized = {s for v in graph.inputs for s in v.type.symbols}
+    for v in graph.values():
+        free = [s for s in v.type.symbols if s not in sized]
+        if free:
+            raise VerifyError(f"compile: symbol {free[0]!r} (in the type of %{v.name}) is the "
+                              f"size of no input of graph {graph.name!r}: a symbolic size must "
+                              f"be an input's, or write the size as a number")
 
 
 def compile(graph: Graph, target: str = "c", passes: str | Sequence[str] | None = "default",

@@ -86,8 +86,16 @@ def value_bytes(graph: Graph, bindings: Mapping[str, int]) -> list[tuple[int, Va
 
 
 def check_sizes(graph: Graph, bindings: Mapping[str, int], limit: int) -> None:
-    """InputError when the bound symbols make a value too large for any machine (2**62 bytes,
-    where int64 index arithmetic would wrap); ResourceError when it is larger than ``limit``."""
+    """InputError when a symbol of the graph is bound by no input (``random_generator``'s
+    ``output_sizes`` may name one) or when the bound symbols make a value too large for any
+    machine (2**62 bytes, where int64 index arithmetic would wrap); ResourceError when it is
+    larger than ``limit``."""
+    for v in graph.values():
+        unbound = [s for s in v.type.symbols if s not in bindings]
+        if unbound:
+            raise InputError(f"graph {graph.name!r}: symbol {unbound[0]!r} (in the type of "
+                             f"{fmt_name(v.name)}: {fmt_type(v.type)}) is the size of no "
+                             f"input")
     for nbytes, v in value_bytes(graph, bindings):
         if nbytes > MAX_BYTES:
             syms = ", ".join(f"{s}={bindings[s]}" for s in v.type.symbols if s in bindings)

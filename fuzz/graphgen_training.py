@@ -274,9 +274,9 @@ class TrainingOpsMixin:
             attrs: dict[str, Any] = {"momentum": momentum,
                                      "weight_decay": self.rng.choice((0.0, 0.01)),
                                      "nesterov": momentum > 0 and self.rng.random() < 0.5}
-            buf = self.value_of(dtype, shape) if momentum else None
-            self.emit("sgd", [p, g, lr], {**attrs, "momentum_buffer": buf,
-                                          "training_step": step})
+            # values go as operands (positions), never inside the attributes of a program step
+            state = [self.value_of(dtype, shape), step] if momentum else []
+            self.emit("sgd", [p, g, lr, *state], attrs)
             return
         m, v = self.value_of(dtype, shape), self.value_of(dtype, shape)
         attrs = {"beta1": self.maybe_edge_float(0.9), "beta2": self.maybe_edge_float(0.999)}

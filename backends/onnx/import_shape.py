@@ -76,13 +76,17 @@ def fold_node(n: OnnxNode, ctx: Any) -> list[np.ndarray] | None:
                                 for x in names):
             return None  # a float initializer is a parameter, unless it scales a shape
         args = [ctx.consts[x] if x else None for x in n.inputs]
+        if not args or args[0] is None:
+            return None  # a missing first input: the converter reports it
         if n.op in ARITHMETIC and not _shape_arithmetic(n, ctx, args):
             return None
     try:
         with np.errstate(all="ignore"):
             out = [_as_array(a) for a in FOLDERS[n.op](n, args, ctx)]
-    except (TypeError, ValueError, OverflowError, ZeroDivisionError, IndexError):
-        return None  # arithmetic on a symbol, or an argument the converter will report
+    except (TypeError, ValueError, OverflowError, ZeroDivisionError, IndexError,
+            AttributeError):
+        return None  # arithmetic on a symbol, a missing optional input, or an argument the
+        # converter will report
     if n.op not in SHAPE_READERS and any(a.size > FOLD_LIMIT for a in out):
         return None
     return [_tidy(a) for a in out]
@@ -227,6 +231,8 @@ def _fold_identity(n: OnnxNode, args: list[Any], ctx: Any) -> list[np.ndarray]:
 
 @folder("Reshape")
 def _fold_reshape(n: OnnxNode, args: list[Any], ctx: Any) -> list[np.ndarray]:
+    if len(args) < 2 or args[1] is None:
+        raise TypeError("no shape input: left to the converter, which reports it")
     shape = dims_of(args[1], "shape")
     if any(isinstance(d, str) for d in shape):
         raise TypeError("a symbolic target shape")
