@@ -66,3 +66,21 @@ def tolerance(dtype: np.dtype, s: np.ndarray, n: int) -> np.ndarray:
 
 def f32(*v: Any) -> np.ndarray:
     return np.array(v, np.float32)
+
+
+def assert_c_compiles_cleanly(graph: gradc.Graph, folder: Any) -> None:
+    """The graph's generated C compiles with -Wall -Wextra -Werror (syntax only)."""
+    import os
+    import subprocess
+
+    from gradc.backends.c.build import toolchain
+    from gradc.backends.c.emit import generate
+
+    cc = os.environ.get("CC", "cc")
+    omp = "-fopenmp" if toolchain(cc, str(folder)).openmp else "-Wno-unknown-pragmas"
+    src = os.path.join(str(folder), f"werror_{len(os.listdir(str(folder)))}.c")
+    with open(src, "w", encoding="utf-8") as f:
+        f.write(generate(graph).source)
+    r = subprocess.run([*cc.split(), "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", omp,
+                        "-fsyntax-only", src], capture_output=True, text=True)
+    assert r.returncode == 0, f"{graph.name}: {r.stderr[-2000:]}"

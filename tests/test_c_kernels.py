@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import gradc
+from helpers import assert_c_compiles_cleanly
 from gradc import ops
 from gradc.ir.fused import make_fused
 from test_c_target import c_compile, check, data
@@ -204,12 +205,9 @@ def test_max_pooling_grad_separable(cache, seed, p, dtype):
 
 def test_generated_c_compiles_without_warnings(tmp_path):
     """-Wall -Wextra -Werror on the programs of every kind of kernel (users compile it too)."""
-    import os
-    import subprocess
     import sys
     from pathlib import Path
 
-    from gradc.backends.c.emit import generate
     from gradc.examples import build_example_model
     from test_c_target import FLOATS, INTS, elementwise_graph, fused_graph
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -220,15 +218,8 @@ def test_generated_c_compiles_without_warnings(tmp_path):
     graphs += [train, gradc.optimize(train).graph, _mixed_outputs_graph(),
                _pool_graph((6, 14), True, True)]
     graphs += [build().graph for build in case_builders(0).values()]
-    from gradc.backends.c.build import toolchain
-    cc = os.environ.get("CC", "cc")
-    omp = "-fopenmp" if toolchain(cc, str(tmp_path)).openmp else "-Wno-unknown-pragmas"
     for i, g in enumerate(graphs):
-        src = tmp_path / f"g{i}.c"
-        src.write_text(generate(g).source)
-        r = subprocess.run([*cc.split(), "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", omp,
-                            "-fsyntax-only", str(src)], capture_output=True, text=True)
-        assert r.returncode == 0, f"{g.name}: {r.stderr[-2000:]}"
+        assert_c_compiles_cleanly(g, tmp_path)
 
 
 @pytest.mark.parametrize("opts", [{"cc": "cc -U__SSE2__"}, {"openmp": False}],

@@ -3,17 +3,13 @@ dtype and shape kind (symbolic dims, rank 1, axis 0 and last)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 
 import numpy as np
 
 import gradc
 from gradc import ops
-from gradc.backends.c.build import toolchain
-from gradc.backends.c.emit import generate
 from gradc.ir.ops.movement import MOVE_DTYPES, ONE_HOT_INDICES, PAD_DTYPES
-from helpers import assert_bits
+from helpers import assert_bits, assert_c_compiles_cleanly
 from test_movement_random import random_array
 
 
@@ -42,14 +38,8 @@ def movement_graph(dtype: str) -> gradc.Graph:
 
 def test_generated_c_compiles_without_warnings(tmp_path):
     """-Wall -Wextra -Werror, as tests/test_c_kernels.py does for the other kernels."""
-    cc = os.environ.get("CC", "cc")
-    omp = "-fopenmp" if toolchain(cc, str(tmp_path)).openmp else "-Wno-unknown-pragmas"
     for d in MOVE_DTYPES:
-        src = tmp_path / f"{d.value}.c"
-        src.write_text(generate(movement_graph(d.value)).source)
-        r = subprocess.run([*cc.split(), "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", omp,
-                            "-fsyntax-only", str(src)], capture_output=True, text=True)
-        assert r.returncode == 0, f"{d.value}: {r.stderr[-2000:]}"
+        assert_c_compiles_cleanly(movement_graph(d.value), tmp_path)
 
 
 def test_the_kernels_match_the_reference():

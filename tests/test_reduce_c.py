@@ -3,18 +3,14 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 
 import numpy as np
 import pytest
 
 import gradc
 from gradc import ops
-from gradc.backends.c.build import toolchain
-from gradc.backends.c.emit import generate
 from gradc.ir.types import NUMERIC
-from helpers import assert_bits
+from helpers import assert_bits, assert_c_compiles_cleanly
 
 FLOATS = ("float16", "float32", "float64")
 
@@ -40,14 +36,8 @@ def reduce_graph(dtype: str) -> gradc.Graph:
 
 def test_generated_c_compiles_without_warnings(tmp_path):
     """-Wall -Wextra -Werror, as tests/test_c_kernels.py does for the other kernels."""
-    cc = os.environ.get("CC", "cc")
-    omp = "-fopenmp" if toolchain(cc, str(tmp_path)).openmp else "-Wno-unknown-pragmas"
     for d in NUMERIC:
-        src = tmp_path / f"{d.value}.c"
-        src.write_text(generate(reduce_graph(d.value)).source)
-        r = subprocess.run([*cc.split(), "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", omp,
-                            "-fsyntax-only", str(src)], capture_output=True, text=True)
-        assert r.returncode == 0, f"{d.value}: {r.stderr[-2000:]}"
+        assert_c_compiles_cleanly(reduce_graph(d.value), tmp_path)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32", "int8", "uint64"])

@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 import gradc
 from gradc import ops
-from helpers import assert_bits, run
+from helpers import assert_bits, run, assert_c_compiles_cleanly
 
 TARGETS = ("reference", "numpy", "c", "onnx")
 MASK = 0xFFFFFFFF
@@ -157,11 +157,7 @@ def test_rejected_arguments(call, field):  # V-39 first
 
 def test_generated_c_compiles_without_warnings(tmp_path):
     """-Wall -Wextra -Werror on random_generator and adam_optimizer kernels (every dtype)."""
-    import os
-    import subprocess
 
-    from gradc.backends.c.build import toolchain
-    from gradc.backends.c.emit import generate
     g = gradc.Graph("train_ops")
     s = g.input("s", "uint32", (6,))
     bits, nxt = ops.random_generator(s, ("N", 3))
@@ -172,13 +168,7 @@ def test_generated_c_compiles_without_warnings(tmp_path):
         t = g.input(f"t_{d}", "uint32", ())
         for i, r in enumerate(ops.adam_optimizer(x, m, v, gr, t, 1e-3)):
             g.output(r, f"r{i}_{d}")
-    cc = os.environ.get("CC", "cc")
-    omp = "-fopenmp" if toolchain(cc, str(tmp_path)).openmp else "-Wno-unknown-pragmas"
-    src = tmp_path / "g.c"
-    src.write_text(generate(g).source)
-    r = subprocess.run([*cc.split(), "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", omp,
-                        "-fsyntax-only", str(src)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert_c_compiles_cleanly(g, tmp_path)
 
 
 def test_huge_output_sizes_export_and_generate_without_tables():
