@@ -138,12 +138,9 @@ class BatchNormalization(OpDef):
         return [dx, dmean, dvar, ds, db]
 
 
-@register
-class BatchNormalizationGrad(OpDef):
-    """``batch_normalization_grad(input, input_gradient, mean, variance, scale,
-    epsilon=1e-5)``: (dX, dscale, dbias) of §12.1 with the statistics fixed (§12.2)."""
+class _StatisticsGrad(OpDef):
+    """The two gradients' common operands, schema and types: (dX, dscale, dbias)."""
 
-    name = "batch_normalization_grad"
     operands = ("input", "input_gradient", "mean", "variance", "scale")
     attributes = EPSILON
     traits = PURE
@@ -153,6 +150,14 @@ class BatchNormalizationGrad(OpDef):
         p = check_common(c, self.operands[1:], ("mean", "variance", "scale"), True)
         t = c.t("input")
         return [t, TensorType(t.dtype, p), TensorType(t.dtype, p)]
+
+
+@register
+class BatchNormalizationGrad(_StatisticsGrad):
+    """``batch_normalization_grad(input, input_gradient, mean, variance, scale,
+    epsilon=1e-5)``: (dX, dscale, dbias) of §12.1 with the statistics fixed (§12.2)."""
+
+    name = "batch_normalization_grad"
 
     def reference(self, attrs: Mapping[str, Any], x: np.ndarray, dy: np.ndarray,
                   mean: np.ndarray, var: np.ndarray, scale: np.ndarray) -> list[np.ndarray]:
@@ -232,20 +237,11 @@ def _add(g: Value | None, term: Value) -> Value:
 
 
 @register
-class BatchNormalizationTrainingGrad(OpDef):
+class BatchNormalizationTrainingGrad(_StatisticsGrad):
     """``batch_normalization_training_grad(input, input_gradient, mean, variance, scale,
     epsilon=1e-5)``: (dX, dscale, dbias) with the statistics depending on input (§12.4)."""
 
     name = "batch_normalization_training_grad"
-    operands = ("input", "input_gradient", "mean", "variance", "scale")
-    attributes = EPSILON
-    traits = PURE
-    dtypes = F
-
-    def infer(self, c: Checker) -> list[TensorType]:
-        p = check_common(c, self.operands[1:], ("mean", "variance", "scale"), True)
-        t = c.t("input")
-        return [t, TensorType(t.dtype, p), TensorType(t.dtype, p)]
 
     def reference(self, attrs: Mapping[str, Any], x: np.ndarray, dy: np.ndarray,
                   mean: np.ndarray, var: np.ndarray, scale: np.ndarray) -> list[np.ndarray]:

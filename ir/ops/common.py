@@ -43,7 +43,7 @@ def store(dtype: np.dtype, acc: np.ndarray) -> np.ndarray:
     """Round an accumulator once to ``dtype``; int8/uint8 round half away from zero, saturate."""
     dtype = np.dtype(dtype)
     if dtype.kind == "f":
-        return acc.astype(dtype)
+        return rounded(acc, dtype)
     r = np.trunc(acc)
     frac = acc - r  # exact: r and acc share the exponent range
     r = r + np.where(np.abs(frac) >= 0.5, np.sign(acc), 0).astype(acc.dtype)
