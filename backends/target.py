@@ -10,7 +10,7 @@ any other op is refused with an ``UnsupportedError`` before anything is produced
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Mapping, Protocol
 
 import numpy as np
@@ -29,6 +29,7 @@ class Lowered:
     source: str | None = None  # the generated program text ("numpy", "c")
     model: Any = None  # the onnx.ModelProto ("onnx")
     contiguous: bool = False  # the runner needs C-contiguous input arrays
+    in_place: dict[str, str] = field(default_factory=dict)  # output -> input it overwrites
 
 
 class Target(Protocol):

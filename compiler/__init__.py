@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from gradc.ir.parser import parse
     from gradc.ir.types import DType, TensorType
     from gradc.passes import Optimized, optimize
+    from gradc import optim
+    from gradc.training import training_step
+    from gradc.trainer import Trainer
 
 __version__ = "0.1.0"
 
@@ -31,13 +34,14 @@ _LAZY = {
     "ops": "gradc.ops", "examples": "gradc.examples", "Executable": "gradc.executable",
     "compile": "gradc.api", "grad": "gradc.api", "from_onnx": "gradc.api",
     "to_onnx": "gradc.api", "optimize": "gradc.passes", "Optimized": "gradc.passes",
+    "optim": "gradc.optim", "training_step": "gradc.training", "Trainer": "gradc.trainer",
 }
 
 __all__ = [
     "GradcError", "InputError", "ParseError", "ResourceError", "UnsupportedError", "VerifyError",
     "Graph", "Node",
     "Value", "DType", "TensorType", "ops", "parse", "compile", "Executable", "optimize",
-    "Optimized", "grad", "from_onnx", "to_onnx",
+    "Optimized", "grad", "from_onnx", "to_onnx", "optim", "training_step", "Trainer",
 ]
 
 

@@ -74,7 +74,8 @@ def compile(graph: Graph, target: str = "c", passes: str | Sequence[str] | None 
     # The targets compile parameters as inputs; the Executable feeds their values.
     lowered = TARGETS[target].lower(parameters_as_inputs(opt.graph), bound, **options)
     return Executable(opt.graph, target, lowered.runner, bound, source=lowered.source,
-                      model=lowered.model, contiguous=lowered.contiguous, report=opt.report)
+                      model=lowered.model, contiguous=lowered.contiguous, report=opt.report,
+                      in_place=lowered.in_place)
 
 
 def artifact(graph: Graph, target: str, passes: str | Sequence[str] | None = "default",

@@ -1,7 +1,8 @@
 """Reverse-mode differentiation: a forward graph in, its vector-Jacobian-product graph out.
 
 The result (API.md, "Differentiating") has the forward inputs followed by one cotangent input
-``grad_<output>`` per floating-point forward output, the forward parameters, and the forward
+``grad_<output>`` per floating-point forward output (except state updates named
+``<parameter>.next``, ``gradc.ir.state``), the forward parameters, and the forward
 outputs followed by ``grad_<name>`` for each input or parameter in ``wrt``. It is built from
 each operator's ``vjp`` rule, so the graph can be printed, optimized, exported and compiled like
 any other.
@@ -16,6 +17,7 @@ import numpy as np
 from gradc.errors import VerifyError
 from gradc.ir.core import Graph, Value
 from gradc.ir.ops.registry import get_op, make_node
+from gradc.ir.state import state_outputs
 from gradc.ir.verify import verify
 
 
@@ -79,7 +81,8 @@ def grad(graph: Graph, wrt: str | Sequence[str] | None = None) -> Graph:
     verify(graph)
     targets = [v.name for v in _wrt(graph, wrt)]
     names = {v.name for v in graph.values()}
-    seeded = [v for v in graph.outputs if v.type.dtype.is_float]
+    state = set(state_outputs(graph).values())  # `<param>.next` outputs: not differentiated
+    seeded = [v for v in graph.outputs if v.type.dtype.is_float and v not in state]
     new_names = [f"grad_{v.name}" for v in seeded] + [f"grad_{n}" for n in targets]
     for n in new_names:
         if n in names or new_names.count(n) > 1:
@@ -89,8 +92,9 @@ def grad(graph: Graph, wrt: str | Sequence[str] | None = None) -> Graph:
     forward_nodes = len(g.nodes)
     g.name = graph.name if graph.name.endswith("_grad") else f"{graph.name}_grad"
     cot: dict[Value, Value] = {}
+    g_state = set(state_outputs(g).values())
     for out in g.outputs:
-        if not out.type.dtype.is_float:
+        if not out.type.dtype.is_float or out in g_state:
             continue  # integer, bool and uint32 outputs carry no gradient: no cotangent input
         seed = g.input(f"grad_{out.name}", out.type.dtype, out.type.shape)
         _accumulate(cot, out, seed)

@@ -126,8 +126,12 @@ class Executable:
 
     def __init__(self, graph: Graph, target: str, runner: Runner,
                  shapes: Mapping[str, int] | None = None, source: str | None = None,
-                 model: Any = None, contiguous: bool = False, report: list | None = None) -> None:
+                 model: Any = None, contiguous: bool = False, report: list | None = None,
+                 in_place: Mapping[str, str] | None = None) -> None:
         self.graph = graph
+        # Outputs that a call writes into the array passed for an input (the C target's
+        # ``update_in_place``): output name -> input or parameter name.
+        self.in_place: dict[str, str] = dict(in_place or {})
         self.target = target
         self.source = source
         self.model = model
@@ -142,8 +146,12 @@ class Executable:
     def __call__(self, /, **arrays: Any) -> dict[str, np.ndarray]:
         # `self` is positional-only, so an input may be named "self" (any name is an input).
         arrays = dict(arrays)
+        overwritten = set(self.in_place.values())
         for name, value in self.parameters.items():
-            arrays.setdefault(name, value)
+            if name not in arrays:
+                # A parameter's own array is never overwritten by an in-place output: the
+                # caller passes the array to update (gradc.Trainer does).
+                arrays[name] = value.copy() if name in overwritten else value
         bindings = bind_inputs(self._signature, arrays, self._shapes, self._contiguous)
         check_sizes(self._signature, bindings, memory_limit())
         try:

@@ -13,6 +13,7 @@ from onnx import helper as oh
 from onnx import numpy_helper
 
 import gradc
+from gradc.ir.state import state_outputs
 from helpers import assert_bits
 from onnx_import_helpers import run_gradc, run_ort
 
@@ -84,13 +85,17 @@ def test_training_mode_random_against_onnxruntime():
     full = ("y", "rm", "rv")
     m = bn_model(outputs=full, x_shape=("N", 4, 5, 2), params=p, training_mode=1)
     got, want = run_gradc(m, {"x": x}), run_ort(m, {"x": x})
-    assert list(got) == list(want)
+    # The running statistics are initializers (parameters): their updates are also outputs
+    # named <parameter>.next (gradc's state-update convention, gradc.ir.state).
+    assert list(got) == list(want) + ["m.next", "v.next"]
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=2e-5, atol=2e-5)
+    assert_bits(got["m.next"], got["rm"])
+    assert_bits(got["v.next"], got["rv"])
     for outputs in (("y",), ("y", "rm", ""), ("y", "", "rv")):
         part = run_gradc(bn_model(outputs=outputs, x_shape=("N", 4, 5, 2), params=p,
                                   training_mode=1), {"x": x})
-        assert list(part) == [o for o in outputs if o]
+        assert list(part) == [o for o in outputs if o] + ["m.next", "v.next"]
         for k in part:
             assert_bits(part[k], got[k])
 
@@ -142,7 +147,11 @@ def test_imported_training_model_exports_a_gradient_graph_that_onnxruntime_runs(
     g = gradc.from_onnx(m)
     t = gradc.grad(g, wrt="parameters")
     feeds = {"x": X}
+    state = set(state_outputs(g).values())  # m.next, v.next: no cotangent (gradc.ir.state)
+    assert [o.name for o in state] == ["m.next", "v.next"]
     for o in g.outputs:
+        if o in state:
+            continue
         shape = [2 if d == "N" else d for d in o.type.shape]
         feeds[f"grad_{o.name}"] = np.ones(shape, F32)
     ref = gradc.compile(t, target="reference")(**feeds)

@@ -70,6 +70,7 @@ class Program:
     symbols: list[str]
     inputs: list[Value]
     outputs: list[Value]
+    in_place: dict[int, int] = field(default_factory=dict)  # output index -> input index
 
 
 def check_supported(graph: Graph) -> None:
@@ -139,23 +140,119 @@ def _symbols(graph: Graph, nodes: list[Node]) -> list[str]:
     return list(seen)
 
 
-def generate(graph: Graph, shapes: Mapping[str, int] | None = None) -> Program:
+def generate(graph: Graph, shapes: Mapping[str, int] | None = None,
+             in_place: Mapping[str, str] | None = None) -> Program:
     """The C program of a verified graph (UnsupportedError before any text is produced);
-    parameters are arguments like inputs (the Executable feeds their values)."""
+    parameters are arguments like inputs (the Executable feeds their values).
+
+    ``in_place`` maps output names to input (or parameter) names whose buffer the output may
+    overwrite (``update_in_place``, see ``_plan_in_place``); ``Program.in_place`` holds the
+    pairs that were granted."""
     graph = parameters_as_inputs(graph)
     check_supported(graph)
     plan = _Plan(Dims([], dict(shapes or {})))
     _flatten(graph, plan)
     symbols = _symbols(graph, plan.nodes)
     plan.dims = Dims(symbols, dict(shapes or {}))
-    return _Builder(graph, plan, symbols).build()
+    granted = _plan_in_place(graph, plan, in_place or {})
+    return _Builder(graph, plan, symbols, granted).build()
+
+
+def _plan_in_place(graph: Graph, plan: _Plan, wanted: Mapping[str, str]) -> dict[int, int]:
+    """Which outputs are written into an input's buffer; reorders ``plan.nodes`` to allow it.
+
+    A pair (output ``o``, input ``x``) is granted when both have one type, ``o`` is computed by
+    a kernel ``W`` (not an input, a constant or another output's value) and
+
+    - ``W`` reads ``x``'s buffer only as an elementwise kernel whose operand has ``o``'s shape:
+      each element is loaded into a local before the element is stored (``ExprGen``), so the
+      load of ``x[i]`` precedes the store of ``o[i]``; no other kernel kind may overwrite what
+      it reads;
+    - every other kernel that reads ``x`` (also through a ``reshape`` alias) runs before ``W``:
+      ``W`` is moved down to just after the last one, which is allowed when no kernel in
+      between reads a result of ``W``.
+
+    Other pairs are not granted: their outputs get fresh buffers as usual.
+    """
+    if not wanted:
+        return {}
+    in_index = {v.name: i for i, v in enumerate(graph.inputs)}
+    outs = [plan.resolve(v) for v in graph.outputs]
+    out_set = set(outs)
+
+    def root(v: Value) -> Value:
+        v = plan.resolve(v)
+        while v.producer is not None and v.producer.op == "reshape" and v not in out_set:
+            v = plan.resolve(v.producer.inputs[0])
+        return v
+
+    pairs: dict[int, int] = {}
+    for j, o_val in enumerate(graph.outputs):
+        name = wanted.get(o_val.name)
+        if name is None or name not in in_index:
+            continue
+        i = in_index[name]
+        x, o = graph.inputs[i], outs[j]
+        if (o.type != x.type or o.producer is None or o.producer.op == "constant"
+                or outs.count(o) != 1 or i in pairs.values()):
+            continue
+        pairs[j] = i
+    nodes = plan.nodes
+
+    def reads(n: Node, x: Value) -> list[Value]:
+        return [u for u in n.inputs if root(u) is x]
+
+    def elementwise(n: Node) -> bool:
+        return (n.attrs.get("kind") == "elementwise" if n.body is not None
+                else EMITTERS.get(n.op) is emit_elementwise)
+
+    for _ in range(len(pairs) + 1):
+        bad = set()
+        for j, i in pairs.items():
+            x, o = graph.inputs[i], outs[j]
+            w = o.producer
+            if w not in nodes or any(not elementwise(w) or u.type.shape != o.type.shape
+                                     for u in reads(w, x)):
+                bad.add(j)
+        for j in bad:
+            del pairs[j]
+        writers: dict[Node, list[Value]] = {}
+        for j, i in pairs.items():
+            writers.setdefault(outs[j].producer, []).append(graph.inputs[i])  # type: ignore
+        moved_ok = True
+        for w, xs in writers.items():
+            pos = nodes.index(w)
+            last = max((k for k, n in enumerate(nodes) if n is not w
+                        and any(reads(n, x) for x in xs)), default=-1)
+            if last <= pos:
+                continue
+            results = set(w.outputs)
+            if any(root(u) in results or u in results for n in nodes[pos + 1:last + 1]
+                   for u in n.inputs):
+                for j in [j for j, i in pairs.items() if outs[j].producer is w]:
+                    del pairs[j]
+                moved_ok = False
+                break
+            nodes.remove(w)
+            nodes.insert(last, w)  # `last` shifted down by one: just after the last reader
+        if moved_ok and not bad:
+            break
+    # A final check of the order: every reader of a granted input precedes its writer.
+    for j, i in list(pairs.items()):
+        w = outs[j].producer
+        pos = nodes.index(w)  # type: ignore[arg-type]
+        if any(k > pos and reads(n, graph.inputs[i]) for k, n in enumerate(nodes)):
+            del pairs[j]
+    return pairs
 
 
 class _Builder:
     """Assigns buffers and writes the kernels and the entry function."""
 
-    def __init__(self, graph: Graph, plan: _Plan, symbols: list[str]) -> None:
+    def __init__(self, graph: Graph, plan: _Plan, symbols: list[str],
+                 in_place: dict[int, int] | None = None) -> None:
         self.graph = graph
+        self.in_place = in_place or {}
         self.plan = plan
         self.dims = plan.dims
         self.symbols = symbols
@@ -172,10 +269,11 @@ class _Builder:
             self.buf[v] = f"A[{i}]"
         outs = [self.plan.resolve(v) for v in g.outputs]
         for j, v in enumerate(outs):
-            self.buf[v] = f"A[{nin + j}]"
+            k = self.in_place.get(j)
+            self.buf[v] = f"A[{nin + j}]" if k is None else f"A[{k}]"
         steps = self._steps(set(outs))
         w = CWriter()
-        _header(w, g, self.symbols, self.dims)
+        _header(w, g, self.symbols, self.dims, self.in_place)
         w.blank()
         w.line(*PRELUDE.splitlines())
         if self.statics:
@@ -186,7 +284,8 @@ class _Builder:
             w.nest(kernel)
         w.blank()
         self._entry(w, steps)
-        return Program(w.text() + "\n", self.symbols, list(g.inputs), list(g.outputs))
+        return Program(w.text() + "\n", self.symbols, list(g.inputs), list(g.outputs),
+                       dict(self.in_place))
 
     # -- planning ------------------------------------------------------------------------
     def _steps(self, outs: set[Value]) -> list[tuple[Node, str | None]]:
@@ -336,7 +435,8 @@ def _slot(b: str) -> str:
     return f"B[{b[1:]}]"
 
 
-def _header(w: CWriter, g: Graph, symbols: list[str], dims: Dims) -> None:
+def _header(w: CWriter, g: Graph, symbols: list[str], dims: Dims,
+            in_place: Mapping[int, int]) -> None:
     """Write the calling convention of ``gradc_entry``, so the file can be used on its own.
 
     No user name appears, even in this comment: arrays are described by position, dtype and
@@ -356,6 +456,8 @@ def _header(w: CWriter, g: Graph, symbols: list[str], dims: Dims) -> None:
               "order",
               "     (the caller allocates both):",
               *(f"    A[{i}] input {i}: {ty(v)}" for i, v in enumerate(g.inputs)),
-              *(f"    A[{n + j}] output {j}: {ty(v)}" for j, v in enumerate(g.outputs)),
+              *(f"    A[{n + j}] output {j}: {ty(v)}" + (
+                  f" (written in place into A[{in_place[j]}]; A[{n + j}] is not used)"
+                  if j in in_place else "") for j, v in enumerate(g.outputs)),
               "  nt: OpenMP threads (<= 0: OpenMP's default)",
               "  returns 0, or non-zero when a temporary buffer could not be allocated.")

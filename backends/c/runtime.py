@@ -16,11 +16,13 @@ class CRunner:
     """Calls ``gradc_entry`` of a loaded library; arrays are already checked by the Executable.
 
     Outputs are allocated here with the bound shapes, so C writes only to fresh, contiguous
-    arrays of exactly the size it computes from the same symbol values.
+    arrays of exactly the size it computes from the same symbol values; an output granted in
+    place (``update_in_place``) is instead its input's array, which the call overwrites.
     """
 
     def __init__(self, lib_path: Path, symbols: list[str], inputs: list[Value],
-                 outputs: list[Value], threads: int | None) -> None:
+                 outputs: list[Value], threads: int | None,
+                 in_place: dict[int, int] | None = None) -> None:
         try:
             self.lib = ctypes.CDLL(str(lib_path))
         except OSError as e:
@@ -33,6 +35,7 @@ class CRunner:
         self.inputs = inputs
         self.outputs = outputs
         self.threads = threads or 0
+        self.in_place = dict(in_place or {})  # output index -> input index it overwrites
 
     def _shape(self, v: Value, bindings: Mapping[str, int]) -> tuple[int, ...]:
         return tuple(bindings[d] if isinstance(d, str) else d for d in v.type.shape)
@@ -45,8 +48,10 @@ class CRunner:
                              f"or compile(shapes=...)), got none")
         sym = np.array([bindings[s] for s in self.symbols] or [0], dtype=np.int64)
         ins = [arrays[v.name] for v in self.inputs]
-        outs = [_aligned_empty(self._shape(v, bindings), v.type.dtype.numpy)
-                for v in self.outputs]
+        # An output granted in place is the input array itself, updated by the call.
+        outs = [ins[self.in_place[j]] if j in self.in_place else
+                _aligned_empty(self._shape(v, bindings), v.type.dtype.numpy)
+                for j, v in enumerate(self.outputs)]
         ptrs = (ctypes.c_void_p * max(1, len(ins) + len(outs)))(
             *[a.ctypes.data for a in ins + outs])
         rc = self.fn(sym.ctypes.data, ptrs, self.threads)

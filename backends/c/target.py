@@ -7,6 +7,11 @@
 - ``cache_dir``: where libraries are cached (default ``$XDG_CACHE_HOME/gradc`` or
   ``~/.cache/gradc``).
 - ``openmp``: set False to compile without OpenMP even where the compiler supports it.
+- ``update_in_place``: a mapping of output names to input or parameter names: each such output
+  is written into the array passed for that input, which a call then overwrites and returns as
+  the output (a training step updates its parameters and optimizer state this way, without a
+  copy or an allocation). A pair is granted only where that is safe (``emit._plan_in_place``);
+  ``Executable.in_place`` lists the pairs granted, the others get fresh arrays as usual.
 
 Layout of the program (``emit``): one static function per node or fused group, one entry
 function. Fused groups never get intermediate buffers: an elementwise group is one loop; an
@@ -67,13 +72,14 @@ class CTarget:
 
     def lower(self, graph: Graph, shapes: Mapping[str, int], cc: str | None = None,
               threads: int | None = None, cache_dir: str | None = None, openmp: bool = True,
-              **options: Any) -> Lowered:
+              update_in_place: Mapping[str, str] | None = None, **options: Any) -> Lowered:
         """Generate, compile (or reuse) and load the C program of a verified graph."""
         unknown = sorted(options)
         if unknown:
             name = unknown[0]
             raise GradcError(f"c target: {name}: expected one of cc, threads, cache_dir, "
-                             f"openmp, got an unknown option {name}={options[name]!r}")
+                             f"openmp, update_in_place, got an unknown option "
+                             f"{name}={options[name]!r}")
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
                                     or not 1 <= threads <= MAX_THREADS):
             raise GradcError(f"c target: threads: expected an int in [1, {MAX_THREADS}] or "
@@ -86,11 +92,20 @@ class CTarget:
             raise GradcError(f"c target: openmp: expected a bool, got {type(openmp).__name__}")
         cc = str(cc) if cc is not None else os.environ.get("CC", "cc")
         cache_dir = str(cache_dir) if cache_dir is not None else default_cache_dir()
-        program = generate(graph, shapes)
+        if update_in_place is not None and (
+                not isinstance(update_in_place, Mapping)
+                or not all(isinstance(k, str) and isinstance(v, str)
+                           for k, v in update_in_place.items())):
+            raise GradcError("c target: update_in_place: expected a mapping of output names to "
+                             f"input names, got {update_in_place!r}")
+        program = generate(graph, shapes, update_in_place)
         lib = compile_library(program.source, cc, cache_dir, openmp=openmp,
                               name=graph.name)
-        runner = CRunner(lib, program.symbols, program.inputs, program.outputs, threads)
-        return Lowered(runner, source=program.source, contiguous=True)
+        runner = CRunner(lib, program.symbols, program.inputs, program.outputs, threads,
+                         program.in_place)
+        granted = {program.outputs[j].name: program.inputs[i].name
+                   for j, i in program.in_place.items()}
+        return Lowered(runner, source=program.source, contiguous=True, in_place=granted)
 
 
 TARGET = CTarget()

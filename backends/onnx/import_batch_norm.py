@@ -5,6 +5,12 @@
 - Opsets 14, 15 with ``training_mode=1``: ``batch_normalization_training(X, scale, B,
   epsilon)``; the outputs ``running_mean`` and ``running_var`` are §12.5's composition with
   ``f = 1`` (ONNX's biased batch variance) and ONNX's ``momentum`` (default 0.9).
+  **Choice** (gradc's state-update convention, API.md "Training steps"): when the running
+  statistics are parameters (initializers), their updated values also become graph outputs
+  named ``<parameter>.next`` (``finish_running_statistics``), whether or not the ONNX node names
+  its outputs 1-2: PyTorch's training-mode export names them but leaves them dangling, and a
+  training step (``gradc.training_step``) needs them. ``gradc.grad`` gives such outputs no
+  cotangent. A running statistic read by two training-mode nodes keeps the first update.
 - Before opset 9 (``spatial``, ``is_test``, five outputs): UnsupportedError. So are the
   training statistics of opsets 9-13 (outputs 1-4) and outputs 1-2 with ``training_mode=0``.
 
@@ -14,11 +20,13 @@ statistics go back to ``(C,)``.
 
 from __future__ import annotations
 
+from typing import Any
+
 from gradc.backends.onnx.import_node import (Context, OnnxNode, Produced, converter,
                                              require_dtype, require_rank)
 from gradc.errors import UnsupportedError, VerifyError
 from gradc.ir import builders as ops
-from gradc.ir.core import Value
+from gradc.ir.core import Parameter, Value
 from gradc.ir.ops.batch_norm import running_statistics
 from gradc.ir.ops.common import F
 
@@ -79,12 +87,31 @@ def _batch_normalization(n: OnnxNode, ctx: Context) -> list[Produced]:
                                                                   (4, "input_var")))
         return [ops.batch_normalization(x, mean, var, scale, bias, epsilon=eps)]
     y, bm, bv = ops.batch_normalization_training(x, scale, bias, epsilon=eps)
-    if not (n.output(1) or n.output(2)):
+    params = [s for s in (n.input(3), n.input(4))
+              if s and ctx.is_const(s) and not ctx.is_fixed(s)]  # initializers: parameters
+    if not (n.output(1) or n.output(2) or params):
         return [y]
     old_mean, old_var = ctx.value(n, 3, "input_mean"), ctx.value(n, 4, "input_var")
     rm, rv = running_statistics(x, bm, bv, _param(old_mean, "input_mean", x),
                                 _param(old_var, "input_var", x),
                                 _float(n, "momentum", 0.9))
     shape = old_mean.type.shape
-    return [y, ops.reshape(rm, shape) if n.output(1) else None,
-            ops.reshape(rv, shape) if n.output(2) else None]
+    rm, rv = ops.reshape(rm, shape), ops.reshape(rv, shape)
+    updates: dict[str, Value] = getattr(ctx, STATE_UPDATES, None) or {}
+    setattr(ctx, STATE_UPDATES, updates)
+    for old, new in ((old_mean, rm), (old_var, rv)):
+        if isinstance(old, Parameter):
+            updates.setdefault(old.name, new)
+    return [y, rm if n.output(1) else None, rv if n.output(2) else None]
+
+
+STATE_UPDATES = "gradc_state_updates"  # the importer's attribute: parameter name -> next value
+
+
+def finish_running_statistics(ctx: Any) -> None:
+    """After the graph outputs: output each running statistic's update as ``<name>.next``
+    (the module docstring); a name already taken is left alone."""
+    for name, v in (getattr(ctx, STATE_UPDATES, None) or {}).items():
+        out = f"{name}.next"
+        if not ctx.graph.uses_name(out) and out not in getattr(ctx, "reserved", set()):
+            ctx.graph.output(v, out)

@@ -66,6 +66,7 @@ from gradc.backends.onnx import import_gemm  # noqa: F401
 from gradc.backends.onnx import import_batch_norm  # noqa: F401
 from gradc.backends.onnx import import_training  # noqa: F401
 from gradc.backends.onnx.import_training import finish_rng_state
+from gradc.backends.onnx.import_batch_norm import finish_running_statistics
 from gradc.backends.onnx.import_shape import dims_of, fold_node, foldable, symbolic_error
 
 __all__ = ["from_onnx", "load_model"]
@@ -156,6 +157,7 @@ class _Importer:
         self._second_pass(order, bad)
         self._mark_outputs()
         finish_rng_state(self)  # the state output of training-mode Dropouts (SPEC-training §21)
+        finish_running_statistics(self)  # <running stat>.next of training-mode BatchNorms
         if self.problems:
             self._raise_problems()
         return self.graph

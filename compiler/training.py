@@ -1,0 +1,313 @@
+"""``gradc.training_step``: a forward graph, a loss and an optimizer as one state-transition graph.
+
+The step graph (API.md, "Training steps") is built in four moves:
+
+1. **Loss graph.** The forward graph's nodes, its first output (the loss) or a loss composite
+   applied to it (``"cross_entropy"``: ``softmax_cross_entropy`` with a new int64 input
+   ``labels``; ``"mse"``: ``mean_squared_error`` with a new input ``target``), and nothing
+   else as outputs.
+2. **Gradients.** ``gradc.grad`` of the loss graph with respect to the trained parameters. The
+   loss's cotangent is the constant 1 (the loss has one element).
+3. **State.** Every parameter the step updates becomes a parameter of the step graph: the
+   trained parameters, each one's optimizer state (zeros, named ``<param>.<state>``), the
+   parameters with a forward state update (outputs named ``<param>.next``, ``gradc.ir.state``:
+   batch normalization's running statistics) and, for training-mode dropout, ``rng_state``
+   (uint32 ``(6,)``: counter 0, key words from ``seed``; the importer's ``rng_state`` input and
+   ``rng_state_out`` output, SPEC-training.md §21). Frozen and unselected parameters are
+   constants.
+4. **Update.** The optimizer writes each trained parameter's next value from its gradient
+   (``gradc.optim``); the outputs are ``loss`` then ``<name>.next`` in the order of the step
+   graph's parameters.
+
+Parameter order of the step graph: the forward graph's trained parameters and state-updated
+parameters in its order, then each trained parameter's optimizer state in that order, then
+``rng_state``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from gradc.autodiff import grad
+from gradc.errors import VerifyError
+from gradc.ir import builders as B
+from gradc.ir.core import Graph, Node, Parameter, Value
+from gradc.ir.losses import mean_squared_error, softmax_cross_entropy
+from gradc.ir.state import SUFFIX, state_outputs
+from gradc.ir.types import DType
+from gradc.ir.verify import verify
+from gradc.optim import SGD, Adam, AdamW
+
+LOSSES = ("cross_entropy", "mse")
+RNG_INPUT, RNG_OUTPUT, RNG_STATE = "rng_state", "rng_state_out", "rng_state"
+
+
+def rng_state_value(seed: int) -> np.ndarray:
+    """The initial ``rng_state``: counter 0, key words ``seed`` (low word first)."""
+    return np.array([0, 0, 0, 0, seed & 0xFFFFFFFF, seed >> 32], np.uint32)
+
+
+def check_seed(seed: Any, what: str) -> int:
+    """A seed is an int in [0, 2**64) (the two key words of SPEC-training.md §20.1)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) \
+            or not 0 <= int(seed) < 2**64:
+        raise VerifyError(f"{what}: seed: expected an int in [0, 2**64), got {seed!r}")
+    return int(seed)
+
+
+def _names(what: str, v: Any) -> list[str]:
+    if isinstance(v, str) or not isinstance(v, Iterable):
+        raise VerifyError(f"training_step: {what}: expected a list of parameter names, got "
+                          f"{v!r}")
+    out = list(v)
+    for n in out:
+        if not isinstance(n, str):
+            raise VerifyError(f"training_step: {what}: expected parameter names (strings), got "
+                              f"{n!r}")
+    return out
+
+
+class _Plan:
+    """What a step graph updates, worked out from the forward graph and the arguments."""
+
+    def __init__(self, graph: Graph, parameters: Any, frozen: Any) -> None:
+        params = {p.name: p for p in graph.parameters}
+        self.updates = state_outputs(graph)  # running statistics: parameter -> its update
+        stateful = {p.name for p in self.updates}
+        frozen_names = _names("frozen", frozen)
+        for n in frozen_names:
+            if n not in params:
+                raise VerifyError(f"training_step: frozen: expected names of parameters of "
+                                  f"{graph.name!r}, got {n!r}")
+        if isinstance(parameters, str) and parameters == "all":
+            chosen = [p for p in graph.parameters
+                      if p.type.dtype.is_float and p.name not in stateful]
+        else:
+            if isinstance(parameters, str):
+                raise VerifyError(f"training_step: parameters: expected 'all' or a list of "
+                                  f"parameter names, got {parameters!r}")
+            chosen = []
+            for n in _names("parameters", parameters):
+                p = params.get(n)
+                if p is None:
+                    raise VerifyError(f"training_step: parameters: expected names of "
+                                      f"parameters of {graph.name!r}, got {n!r}")
+                if not p.type.dtype.is_float:
+                    raise VerifyError(f"training_step: parameters: {n!r} is {p.type.dtype}: "
+                                      f"only floating-point parameters can be trained")
+                if n in stateful:
+                    raise VerifyError(f"training_step: parameters: {n!r} is updated by the "
+                                      f"forward graph ({n}{SUFFIX}), never by an optimizer")
+                if p in chosen:
+                    raise VerifyError(f"training_step: parameters: {n!r} given twice")
+                chosen.append(p)
+        self.trained = [p for p in chosen if p.name not in frozen_names]
+        trained = set(self.trained)
+        # The step's own parameters in the forward graph's order (module docstring).
+        self.kept = [p for p in graph.parameters if p in trained or p in self.updates]
+
+
+def _copy_nodes(src: Graph, dst: Graph, vmap: dict[Value, Value], reserved: set[str]) -> None:
+    """Append copies of ``src``'s nodes to ``dst``; names in ``reserved`` or taken get fresh
+    ones."""
+    for n in src.nodes:
+        m = Node(n.op, [vmap[x] for x in n.inputs], n.attrs, [v.type for v in n.outputs],
+                 body=n.body.copy() if n.body is not None else None, name=n.name)
+        for old, v in zip(n.outputs, m.outputs):
+            if old.name not in reserved and not dst.uses_name(old.name):
+                v.name = old.name
+            vmap[old] = v
+        name_blanks(dst, m)
+        dst.append(m)
+
+
+def name_blanks(g: Graph, n: Node) -> None:
+    """Give ``n``'s unnamed results fresh names of ``g`` that its other results do not have."""
+    names = {v.name for v in n.outputs}
+    for v in n.outputs:
+        if not v.name:
+            name = g.fresh_name()
+            while name in names:
+                name = g.fresh_name()
+            v.name = name
+            names.add(name)
+
+
+def _loss_graph(graph: Graph, loss: str | None, plan: _Plan, rng: tuple[Value, Value] | None
+                ) -> tuple[Graph, list[Value]]:
+    """Step 1: the forward graph with its loss as the only output, plus the new loss input."""
+    if not graph.outputs:
+        raise VerifyError(f"training_step: graph {graph.name!r} has no outputs (the first "
+                          "output is the loss, or what the loss is applied to)")
+    first = graph.outputs[0]
+    f = Graph(graph.name)
+    vmap: dict[Value, Value] = {}
+    for v in graph.inputs:
+        vmap[v] = f.input(v.name, v.type.dtype, v.type.shape)
+    for p in graph.parameters:
+        vmap[p] = f.add_parameter(p.name, p.value, p.type)
+    _copy_nodes(graph, f, vmap, set())
+    extra: list[Value] = []
+    y = vmap[first]
+    with f:
+        if loss is None:
+            if not first.type.dtype.is_float or first.type.size != 1:
+                raise VerifyError(f"training_step: loss: None needs the first output of "
+                                  f"{graph.name!r} to be the loss (floating point, one "
+                                  f"element), got %{first.name}: {first.type} (or pass "
+                                  f"loss='cross_entropy' or 'mse')")
+            value = y
+        elif loss == "cross_entropy":
+            if not first.type.dtype.is_float or first.type.rank < 2:
+                raise VerifyError(f"training_step: loss 'cross_entropy': expected the first "
+                                  f"output of {graph.name!r} to be floating-point scores with "
+                                  f"classes on axis 1, got %{first.name}: {first.type}")
+            shape = first.type.shape[:1] + first.type.shape[2:]
+            labels = f.input(_new_input(graph, "labels"), DType.int64, shape)
+            extra.append(labels)
+            value = softmax_cross_entropy(y, labels)
+        else:
+            if not first.type.dtype.is_float:
+                raise VerifyError(f"training_step: loss 'mse': expected a floating-point "
+                                  f"first output of {graph.name!r}, got %{first.name}: "
+                                  f"{first.type}")
+            target = f.input(_new_input(graph, "target"), first.type.dtype, first.type.shape)
+            extra.append(target)
+            value = mean_squared_error(y, target)
+    f.output(value, "loss" if not f.uses_name("loss") else None)  # grad's first output
+    # The forward state updates stay in the graph (grad keeps every forward node) but are no
+    # outputs of the loss graph: the step graph picks them up by name.
+    return f, extra
+
+
+def _new_input(graph: Graph, name: str) -> str:
+    if graph.uses_name(name):
+        raise VerifyError(f"training_step: graph {graph.name!r} already has a value named "
+                          f"{name!r}, the input the loss adds (rename it)")
+    return name
+
+
+def training_step(graph: Graph, optimizer: Any, loss: str | None = None,
+                  parameters: str | Sequence[str] = "all", frozen: Sequence[str] = (),
+                  seed: int = 0) -> Graph:
+    """The training step of a forward graph as one graph (the module docstring, API.md)."""
+    if not isinstance(graph, Graph):
+        raise VerifyError(f"training_step: graph: expected a gradc.Graph, got "
+                          f"{type(graph).__name__}")
+    if not isinstance(optimizer, (SGD, Adam, AdamW)):
+        raise VerifyError(f"training_step: optimizer: expected gradc.optim.SGD, Adam or AdamW, "
+                          f"got {type(optimizer).__name__}")
+    if loss is not None and loss not in LOSSES:
+        raise VerifyError(f"training_step: loss: expected None, 'cross_entropy' or 'mse', got "
+                          f"{loss!r}")
+    seed = check_seed(seed, "training_step")
+    verify(graph)
+    for name in ("step", "loss"):
+        if any(v.name == name for v in graph.inputs):
+            raise VerifyError(f"training_step: graph {graph.name!r} has an input named "
+                              f"{name!r}, a name the step graph gives its own {name} (rename "
+                              f"it)")
+    plan = _Plan(graph, parameters, frozen)
+    rng = _rng(graph)
+    f, extra = _loss_graph(graph, loss, plan, rng)
+    g = grad(f, [p.name for p in plan.trained])
+    return _step_graph(graph, g, len(f.inputs), extra, plan, rng, optimizer, seed)
+
+
+def _rng(graph: Graph) -> tuple[Value, Value] | None:
+    """The importer's dropout state: input ``rng_state`` and output ``rng_state_out``."""
+    ins = [v for v in graph.inputs if v.name == RNG_INPUT]
+    outs = [v for v in graph.outputs if v.name == RNG_OUTPUT]
+    if not ins:
+        return None
+    t = ins[0].type
+    if t.dtype != DType.uint32 or tuple(t.shape) != (6,) or not outs or outs[0].type != t:
+        raise VerifyError(f"training_step: input {RNG_INPUT!r}: expected uint32 (6,) with an "
+                          f"output {RNG_OUTPUT!r} of the same type (the dropout state, "
+                          f"SPEC-training.md §21), got {t}")
+    if graph.uses_name(RNG_STATE) and RNG_STATE != RNG_INPUT:
+        raise VerifyError(f"training_step: {RNG_STATE!r} is taken in {graph.name!r}")
+    return ins[0], outs[0]
+
+
+def _step_graph(graph: Graph, g: Graph, f_inputs: int, extra: list[Value], plan: _Plan,
+                rng: tuple[Value, Value] | None, optimizer: Any, seed: int) -> Graph:
+    """Steps 2-4: the gradient graph's nodes in a graph whose parameters are the state."""
+    s = Graph(graph.name if graph.name.endswith("_step") else f"{graph.name}_step")
+    kept = {p.name for p in plan.kept}
+    state_names = [f"{p.name}.{k}" for p in plan.trained for k in optimizer.state]
+    reserved = {"loss", "step"} | {f"{p.name}{SUFFIX}" for p in plan.kept}
+    reserved |= {n + SUFFIX for n in state_names} | set(state_names)
+    if rng is not None:
+        reserved |= {RNG_STATE, RNG_STATE + SUFFIX}
+    taken = {v.name for v in graph.inputs if not (rng and v.name == RNG_INPUT)} | kept
+    for n in state_names + ([RNG_STATE] if rng is not None else []):
+        if n in taken:
+            raise VerifyError(f"training_step: graph {graph.name!r} has an input or parameter "
+                              f"named {n!r}, the name of a state parameter of the step graph "
+                              f"(rename it)")
+    vmap: dict[Value, Value] = {}
+    fwd_inputs = {v.name for v in graph.inputs} | {v.name for v in extra}
+    for v in g.inputs:
+        if v.name in fwd_inputs and not (rng and v.name == RNG_INPUT):
+            vmap[v] = s.input(v.name, v.type.dtype, v.type.shape)
+    step = s.input("step", DType.int64, (1,))
+    owned: dict[str, Parameter] = {}
+    for p in g.parameters:
+        if p.name in kept:
+            owned[p.name] = vmap[p] = s.add_parameter(p.name, _copy(p), p.type)  # type: ignore
+    state: dict[str, dict[str, Parameter]] = {}
+    for p in plan.trained:
+        state[p.name] = {k: s.add_parameter(f"{p.name}.{k}", np.zeros_like(p.value)
+                                            if p.value is not None else None, p.type)
+                         for k in optimizer.state}
+    rng_param = None
+    if rng is not None:
+        rng_param = s.add_parameter(RNG_STATE, rng_state_value(seed))
+        vmap[next(v for v in g.inputs if v.name == RNG_INPUT)] = rng_param
+    with s:
+        for p in g.parameters:
+            if p not in vmap:  # frozen or unselected: a constant of the step graph
+                if p.value is None:
+                    raise VerifyError(f"training_step: parameter {p.name!r} has no value (a "
+                                      f"frozen parameter becomes a constant)")
+                vmap[p] = B.constant(p.value)
+        # grad's inputs: the loss graph's, then the loss's cotangent, seeded with 1.
+        seed_in = g.inputs[f_inputs]
+        vmap[seed_in] = B.constant(np.ones(seed_in.type.shape, seed_in.type.dtype.numpy))
+        _copy_nodes(g, s, vmap, reserved)
+        by_name = {v.name: v for v in g.outputs[1:]}
+        nexts: dict[str, Value] = {}
+        for p in plan.trained:
+            gp = vmap[by_name[f"grad_{p.name}"]]
+            new_p, new_state = optimizer.update(owned[p.name], gp, state[p.name], step)
+            nexts[p.name] = new_p
+            for k, v in new_state.items():
+                nexts[f"{p.name}.{k}"] = v
+        g_values = {v.name: v for n in g.nodes for v in n.outputs}
+        for p, upd in plan.updates.items():
+            nexts[p.name] = vmap[g_values[upd.name]]
+        if rng is not None:
+            nexts[RNG_STATE] = vmap[g_values[rng[1].name]] if rng[1].name in g_values \
+                else rng_param  # type: ignore[assignment]
+    s.output(vmap[g.outputs[0]], "loss")
+    for p in s.parameters:
+        s.output(nexts[p.name], p.name + SUFFIX)
+    verify(s)
+    return s
+
+
+def _copy(p: Parameter) -> np.ndarray | None:
+    """A parameter's initial value, copied: the step graph never shares the forward graph's
+    arrays (a Trainer updates its own)."""
+    return None if p.value is None else p.value.copy()
+
+
+def zero_state(step_graph: Graph) -> Mapping[str, np.ndarray]:
+    """Every parameter's value in a step graph (for tests and tools)."""
+    return {p.name: p.value for p in step_graph.parameters if p.value is not None}
+
+
+__all__ = ["training_step", "rng_state_value", "check_seed", "name_blanks", "LOSSES"]
