@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from gradc.api import compile, to_onnx
-from gradc.errors import InputError, UnsupportedError, VerifyError
+from gradc.errors import InputError, UnsupportedError
 from gradc.files import write_bytes_atomically
 from gradc.ir import builders as B
 from gradc.ir.core import Graph, Node, Parameter, Value
@@ -52,8 +52,12 @@ class Trainer:
         if target == "c":
             options.setdefault("update_in_place", {p.name + SUFFIX: p.name
                                                    for p in self.step_graph.parameters})
+        for p in self.step_graph.parameters:
+            if p.value is None:
+                raise InputError(f"Trainer: parameter {p.name!r} has no value (a graph parsed "
+                                 f"from text needs parse(text, parameters=...))")
         self.executable = compile(self.step_graph, target, **options)
-        self._state: dict[str, np.ndarray] = {p.name: _owned(p.value)
+        self._state: dict[str, np.ndarray] = {p.name: _owned(p.value)  # type: ignore[arg-type]
                                               for p in self.step_graph.parameters}
         self._steps = 0
         self._batch_names = [v.name for v in self.step_graph.inputs if v.name != STEP_KEY]
@@ -146,7 +150,8 @@ class Trainer:
         """Write ``state_dict()`` as ``.npz`` (atomically: an interrupted save leaves the old
         file, never a partial one)."""
         buf = io.BytesIO()
-        np.savez(buf, **self.state_dict())
+        savez: Any = np.savez  # (its stubs read a keyword array named allow_pickle as a flag)
+        savez(buf, **self.state_dict())
         write_bytes_atomically(path, buf.getvalue())
 
     def load(self, path: str | os.PathLike[str]) -> None:

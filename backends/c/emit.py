@@ -186,17 +186,6 @@ def _plan_in_place(graph: Graph, plan: _Plan, wanted: Mapping[str, str]) -> dict
             v = plan.resolve(v.producer.inputs[0])
         return v
 
-    pairs: dict[int, int] = {}
-    for j, o_val in enumerate(graph.outputs):
-        name = wanted.get(o_val.name)
-        if name is None or name not in in_index:
-            continue
-        i = in_index[name]
-        x, o = graph.inputs[i], outs[j]
-        if (o.type != x.type or o.producer is None or o.producer.op == "constant"
-                or outs.count(o) != 1 or i in pairs.values()):
-            continue
-        pairs[j] = i
     nodes = plan.nodes
 
     def reads(n: Node, x: Value) -> list[Value]:
@@ -206,16 +195,21 @@ def _plan_in_place(graph: Graph, plan: _Plan, wanted: Mapping[str, str]) -> dict
         return (n.attrs.get("kind") == "elementwise" if n.body is not None
                 else EMITTERS.get(n.op) is emit_elementwise)
 
+    pairs: dict[int, int] = {}
+    for j, o_val in enumerate(graph.outputs):
+        name = wanted.get(o_val.name)
+        if name is None or name not in in_index:
+            continue
+        i = in_index[name]
+        x, o = graph.inputs[i], outs[j]
+        w = o.producer
+        if (o.type != x.type or w is None or w.op == "constant" or w not in nodes
+                or outs.count(o) != 1 or i in pairs.values()):
+            continue
+        if any(not elementwise(w) or u.type.shape != o.type.shape for u in reads(w, x)):
+            continue  # the writer would overwrite elements it has still to read
+        pairs[j] = i
     for _ in range(len(pairs) + 1):
-        bad = set()
-        for j, i in pairs.items():
-            x, o = graph.inputs[i], outs[j]
-            w = o.producer
-            if w not in nodes or any(not elementwise(w) or u.type.shape != o.type.shape
-                                     for u in reads(w, x)):
-                bad.add(j)
-        for j in bad:
-            del pairs[j]
         writers: dict[Node, list[Value]] = {}
         for j, i in pairs.items():
             writers.setdefault(outs[j].producer, []).append(graph.inputs[i])  # type: ignore
@@ -235,7 +229,7 @@ def _plan_in_place(graph: Graph, plan: _Plan, wanted: Mapping[str, str]) -> dict
                 break
             nodes.remove(w)
             nodes.insert(last, w)  # `last` shifted down by one: just after the last reader
-        if moved_ok and not bad:
+        if moved_ok:
             break
     # A final check of the order: every reader of a granted input precedes its writer.
     for j, i in list(pairs.items()):
