@@ -3,7 +3,9 @@
 ``check_graph(g, options)`` runs, in order: verify; print -> parse round trip (the text parses,
 gives an equal graph, prints the same); optimize (and the optimized graph's round trip); grad
 (and its round trip, and now and then the whole pipeline on it); ``to_onnx`` (``onnx.checker``
-full check, and ``from_onnx`` gives the graph back); now and then one public entry point called
+full check, and ``from_onnx`` gives the graph back); now and then ``gradc.training_step`` of the
+graph with some inputs as parameters, through the whole pipeline and the C target's in-place
+update (``fuzz.training_stage``); now and then one public entry point called
 with a bad argument (``hostile_api_call``); ``artifact`` for one target; compile on
 each target (after the default passes, none, or a random list of passes); and, when every
 tensor is small, a run on random inputs with the outputs compared between targets (``numpy``
@@ -34,6 +36,7 @@ from gradc.ir.verify import verify
 
 from fuzz.common import Finding
 from fuzz.graphgen import random_array
+from fuzz.training_stage import check_training
 
 RUN_LIMIT = 200_000  # run on random inputs only when every tensor together is this small
 TARGETS = ("reference", "numpy", "c", "onnx")
@@ -234,9 +237,13 @@ def check_graph(g: Graph, opts: Mapping[str, Any], stages: Stages | None = None)
             rg = stream("grad")
             if rg.random() < 0.3:  # the training graph through the targets too
                 check_graph(t, {**opts, "grad": False, "onnx_export": False, "api": False,
-                                "seed": rg.getrandbits(32)}, st)
+                                "train": False, "seed": rg.getrandbits(32)}, st)
     if opts.get("onnx_export", True):
         check_export(g, st)
+    rt = stream("train")
+    if opts.get("train", True) and rt.random() < 0.25:  # the graph as a training step
+        check_training(g, opts, st.run, rt,
+                       lambda s, o: check_graph(s, o, st), C_MAX_NODES, RUN_LIMIT)
     ra = stream("api")
     if opts.get("api", False) and ra.random() < 0.3:
         hostile_api_call(g, ra, st)

@@ -110,6 +110,8 @@ def lower_random_generator(gb: OnnxGraphBuilder, node: Node,
     flat = gb.op("Reshape", [table, gb.ints([-1])], U64, ("gradc.philox.words",))
     count = gb.product(shape)
     end = gb.ints([count]) if isinstance(count, int) else gb.reshape(count, (1,))
+    if isinstance(count, int) and count > 2 ** 53:  # as in _block_count: Slice too
+        end = gb.op("Identity", [end], I64, (1,))
     n_dim: Dim = count if isinstance(count, int) else "gradc.philox.count"
     words = gb.op("Slice", [flat, gb.ints([0]), end, gb.ints([0])], U64, (n_dim,))
     out = gb.reshape(gb.cast(words, U32), shape)
