@@ -170,8 +170,16 @@ class Trainer:
         return inference_graph(self.graph, {n: self._state[n] for n in self._model_names})
 
     def export(self, path: str | os.PathLike[str]) -> None:
-        """The trained model for inference as ONNX (atomically written)."""
+        """The trained model for inference as ONNX (atomically written).
+
+        The weights are initializers only, not also graph inputs as ``gradc.to_onnx`` lists
+        parameters: a deployed model's weights are constants (onnxruntime then folds them, and
+        does not warn about initializers that a caller could override)."""
         model = to_onnx(self.inference_graph())
+        weights = {t.name for t in model.graph.initializer}
+        kept = [v for v in model.graph.input if v.name not in weights]
+        del model.graph.input[:]
+        model.graph.input.extend(kept)
         write_bytes_atomically(path, model.SerializeToString())
 
     def __repr__(self) -> str:

@@ -438,6 +438,7 @@ def test_export_is_inference_mode_and_runs_in_onnxruntime(tmp_path):
     m = onnx.load(path)
     onnx.checker.check_model(m, full_check=True)
     assert [o.name for o in m.graph.output] == ["y"]
+    assert [i.name for i in m.graph.input] == ["x"]  # the weights are initializers only
     e = tr.inference_graph()
     assert {n.op for n in e.nodes} >= {"batch_normalization"}
     assert "batch_normalization_training" not in {n.op for n in e.nodes}
