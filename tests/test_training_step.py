@@ -302,6 +302,7 @@ def test_dropout_state_becomes_a_parameter_seeded_by_seed():
         losses.setdefault(seed, []).append([tr.step(**batch(i)) for i in range(3)])
         # 6 x 8 bits: ceil(48 / 4) = 12 Philox blocks per step.
         assert tr.state_dict()["rng_state"][:4].tolist() == [36, 0, 0, 0]
+        assert tr.last_step_bytes["allocated"] == 0  # the state too is updated in place
     assert losses[0][0] == losses[0][1]
     assert losses[0][0] != losses[1][0]
 

@@ -166,8 +166,9 @@ def _plan_in_place(graph: Graph, plan: _Plan, wanted: Mapping[str, str]) -> dict
 
     - ``W`` reads ``x``'s buffer only as an elementwise kernel whose operand has ``o``'s shape:
       each element is loaded into a local before the element is stored (``ExprGen``), so the
-      load of ``x[i]`` precedes the store of ``o[i]``; no other kernel kind may overwrite what
-      it reads;
+      load of ``x[i]`` precedes the store of ``o[i]``; or ``W`` is ``random_generator`` writing
+      its next state over its state (it reads the six words into locals first); no other
+      kernel kind may overwrite what it reads;
     - every other kernel that reads ``x`` (also through a ``reshape`` alias) runs before ``W``:
       ``W`` is moved down to just after the last one, which is allowed when no kernel in
       between reads a result of ``W``.
@@ -206,7 +207,9 @@ def _plan_in_place(graph: Graph, plan: _Plan, wanted: Mapping[str, str]) -> dict
         if (o.type != x.type or w is None or w.op == "constant" or w not in nodes
                 or outs.count(o) != 1 or i in pairs.values()):
             continue
-        if any(not elementwise(w) or u.type.shape != o.type.shape for u in reads(w, x)):
+        state_update = w.op == "random_generator" and o is w.outputs[1]
+        if not state_update and any(not elementwise(w) or u.type.shape != o.type.shape
+                                    for u in reads(w, x)):
             continue  # the writer would overwrite elements it has still to read
         pairs[j] = i
     for _ in range(len(pairs) + 1):
