@@ -14,6 +14,7 @@ import numpy as np
 from gradc.api import artifact, compile, from_onnx, grad, to_onnx
 from gradc.backends import TARGETS
 from gradc.check import compare_targets, random_inputs, run_check
+from gradc.cli_train import add_parsers as add_train_parsers
 from gradc.errors import GradcError
 from gradc.examples import EXAMPLES, example
 from gradc.files import write_bytes_atomically
@@ -343,6 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--targets", help="comma-separated targets (default: all)")
     p.set_defaults(fn=cmd_check)
 
+    add_train_parsers(sub, _seed, load_graph, write_graph)  # train-step, train
+
     p = sub.add_parser("examples", help="list the built-in example graphs")
     p.set_defaults(fn=lambda a: _list_examples())
     return ap
@@ -357,8 +360,9 @@ def _list_examples() -> int:
 def _naming_file(args: argparse.Namespace, msg: str) -> str:
     """The message with the input file in front, unless it already names it."""
     path = getattr(args, "file", None)
-    if not path or msg.startswith(path):
-        return msg
+    data = getattr(args, "data", None)
+    if not path or msg.startswith(path) or (data and msg.startswith(data)):
+        return msg  # already names the file (or the data file of `gradc train`)
     return f"{path}: {msg}"
 
 
