@@ -26,9 +26,12 @@ from typing import Any
 import numpy as np
 
 from gradc.api import compile
+from gradc.curves import write_loss_curve
 from gradc.errors import GradcError, InputError
 from gradc.ir.core import Graph
 from gradc.optim import SGD, Adam, AdamW
+from gradc.train_data import load_dataset
+from gradc.trainer import Trainer
 from gradc.training import LOSSES, RNG_INPUT, training_step
 
 EXIT_DIVERGED = 1
@@ -182,10 +185,6 @@ class _Evaluator:
 
 def cmd_train(args: argparse.Namespace, load_graph: Any) -> int:
     """``gradc train``: see the module docstring."""
-    from gradc.curves import write_loss_curve
-    from gradc.train_data import load_dataset
-    from gradc.trainer import Trainer
-
     _check_output(args.output, "-o")
     curve = args.curve if args.curve is not None else os.path.splitext(args.output)[0] + \
         ".loss.svg"
