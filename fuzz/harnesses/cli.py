@@ -3,8 +3,9 @@
 Inputs are files written into a fresh folder: text IR and ONNX models (generated, sometimes
 mutated, sometimes with the other format's extension), garbage, empty files, invalid UTF-8 or
 UTF-16 text, directories, missing paths, ``example:NAME``. The command is one of the subcommands
-with valid or hostile flags (``--shape N=0``, ``N=2**70``, a bad ``--target``, ``-p`` with an
-unknown pass, ``-o`` into a missing folder, ...).
+(``train-step`` included, with its optimizer flags) with valid or hostile flags
+(``--shape N=0``, ``N=2**70``, a bad ``--target``, ``-p`` with an unknown pass, ``-o`` into a
+missing folder, ...).
 
 The contract checked: ``main`` returns (or argparse exits) with status 0, 1 or 2, never 70 (an
 internal error) and never raises; stderr has no traceback; a failure prints one non-empty
@@ -35,7 +36,7 @@ from fuzz.pipeline import total_elements
 from fuzz.textmut import TextMutator
 
 SUBCOMMANDS = ("verify", "print", "run", "grad", "compile", "show", "check", "verify", "print",
-               "run", "compile", "show")
+               "run", "compile", "show", "train-step")
 HOSTILE_SHAPES = ("N=0", "N=-1", f"N={2 ** 70}", "=3", "N", "N=1e3", "N=٣", "N=99999999999",
                   "N=3=4", "N=", "self=2", f"N={2 ** 40}")
 HOSTILE_PASSES = ("bogus", "cse,bogus", "", "none", "default,cse", ",", "dce,,cse", "CSE",
@@ -129,6 +130,19 @@ def generate(rng: random.Random) -> dict[str, Any]:
             clean = False  # the name may not be an input of the graph
         if rng.random() < 0.1:
             argv.append("--check")
+    elif sub == "train-step":
+        output = rng.choice(("{dir}/step.onnx", "{dir}/step.ir"))
+        opt = rng.choice(("sgd", "adam", "adamw"))
+        argv += ["--optimizer", opt, "--lr", rng.choice(("0.1", "1e-3", "0"))]
+        if rng.random() < 0.7:
+            argv += ["--loss", rng.choice(("cross_entropy", "mse"))]
+        else:
+            clean = False  # the first output may not be a loss: the file is not at fault
+        if opt == "sgd" and rng.random() < 0.5:
+            argv += ["--momentum", "0.9"]
+        if hostile(0.15):
+            argv += rng.choice((["--lr", "-1"], ["--lr", "nan"], ["--momentum", "0.5"],
+                                ["--frozen", "nope"], ["--betas", "1", "2"], ["--seed", "-3"]))
     elif sub in ("print", "show"):
         if rng.random() < 0.4:
             output = "{dir}/out.txt"
