@@ -8,7 +8,9 @@ initializers.
 trains with a ``gradc.Trainer``: a progress bar on stderr (tqdm; it hides itself when stderr is
 not a terminal), one line per epoch on stdout with the mean loss and, with class labels, the
 accuracy of the model in inference mode on the training data; at the end it writes the trained
-model (``Trainer.export``) and the loss curve (SVG). Exit status: 0, 2 for bad input (nothing
+model (``Trainer.export``) and the loss curve (SVG). Without ``--loss``, a model whose first
+output is not a loss trains with cross_entropy when the data file holds ``labels`` and mse when
+it holds ``target`` (the first line says which). Exit status: 0, 2 for bad input (nothing
 written), 1 when the loss became NaN or infinite (training stops at that step, nothing written),
 130 when interrupted (nothing written; a checkpoint written earlier stays whole, since every
 file is written through a temporary file and a rename).
@@ -21,6 +23,7 @@ import math
 import os
 import sys
 import time
+import zipfile
 from typing import Any
 
 import numpy as np
@@ -83,6 +86,37 @@ def _check_loss(g: Graph, loss: str | None) -> None:
         raise TrainCliError(f"the first output {first.name!r} ({first.type}) is not a loss: "
                             f"pass --loss cross_entropy (class scores on axis 1, with labels) "
                             f"or --loss mse (with a target)")
+
+
+def _data_names(path: str) -> list[str] | None:
+    """The array names an .npz file holds, or None where it is not a readable archive (then
+    ``load_dataset`` says what is wrong with it)."""
+    try:
+        if not os.path.isfile(path) or not zipfile.is_zipfile(path):
+            return None
+        with zipfile.ZipFile(path) as z:
+            return [n[:-len(".npy")] for n in z.namelist() if n.endswith(".npy")]
+    except (OSError, zipfile.BadZipFile):
+        return None
+
+
+def _loss_for_data(g: Graph, args: argparse.Namespace) -> str | None:
+    """``--loss`` for ``gradc train``: as given; else none when the first output is the loss;
+    else cross_entropy when the data file holds ``labels``, mse when it holds ``target``."""
+    if args.loss is not None or not g.outputs or g.outputs[0].type.size == 1:
+        return args.loss
+    names = _data_names(args.data)
+    if names is None:  # missing, empty or not an archive: the data check names the problem
+        load_dataset(args.data, [(v.name, v.type.dtype.name, v.type.shape) for v in g.inputs
+                                 if v.name != RNG_INPUT])
+    found = [n for n in ("labels", "target") if n in (names or [])]
+    if len(found) != 1:
+        _check_loss(g, None)  # raises: pass --loss
+    loss = "cross_entropy" if found[0] == "labels" else "mse"
+    first = g.outputs[0]
+    print(f"loss: {loss} of the first output {first.name!r} and the array {found[0]!r} of "
+          f"{args.data} (--loss to choose)")
+    return loss
 
 
 def _listing(names: list[str], limit: int = 6) -> str:
@@ -184,7 +218,25 @@ class _Evaluator:
 
 
 def cmd_train(args: argparse.Namespace, load_graph: Any) -> int:
-    """``gradc train``: see the module docstring."""
+    """``gradc train``: see the module docstring. Ctrl-C at any point (loading, compiling,
+    training, writing) ends with one line and exit status 130; each file is written whole or
+    not at all, and the line names the files already written."""
+    done: dict[str, Any] = {"steps": None, "checkpoint": None, "wrote": []}
+    try:
+        return _train(args, load_graph, done)
+    except KeyboardInterrupt:
+        where = "before training started" if done["steps"] is None else \
+            f"at step {done['steps']}"
+        wrote = ", ".join(done["wrote"])
+        print(f"\ngradc: interrupted {where}: "
+              + (f"wrote only {wrote}" if wrote else "nothing written")
+              + (f"; the last checkpoint {done['checkpoint']} is intact"
+                 if done["checkpoint"] else ""), file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _train(args: argparse.Namespace, load_graph: Any, done: dict[str, Any]) -> int:
+    """The body of ``cmd_train``; ``done`` records progress for the Ctrl-C message."""
     _check_output(args.output, "-o")
     curve = args.curve if args.curve is not None else os.path.splitext(args.output)[0] + \
         ".loss.svg"
@@ -196,6 +248,7 @@ def cmd_train(args: argparse.Namespace, load_graph: Any) -> int:
         raise TrainCliError(f"--epochs: expected at least 1, got {args.epochs}")
     g = load_graph(args.file)
     opt = optimizer_from(args)
+    args.loss = _loss_for_data(g, args)
     _check_loss(g, args.loss)
     step = training_step(g, opt, loss=args.loss, frozen=args.frozen or (), seed=args.seed)
     inputs, label, classes = _data_specs(g, step)
@@ -225,54 +278,52 @@ def cmd_train(args: argparse.Namespace, load_graph: Any) -> int:
           f"{time.perf_counter() - t0:.1f} s)")
     losses: list[float] = []
     start_epoch, skip = divmod(trainer.steps, per_epoch)
-    saved = None
-    try:
-        for epoch in range(start_epoch, args.epochs):
-            epoch_losses: list[float] = []
-            t_epoch = time.perf_counter()
-            seen = 0
-            desc = f"epoch {epoch + 1}/{args.epochs}"
-            with _progress(per_epoch, skip, desc) as bar:
-                for i, b in enumerate(batches.epoch_batches(epoch)):
-                    if i < skip:
-                        continue
-                    loss = trainer.step(**b)
-                    n = len(next(iter(b.values())))
-                    seen += n
-                    if not math.isfinite(loss):
-                        bar.close()
-                        print(f"gradc: training stopped: the loss is {loss} at step "
-                              f"{trainer.steps} (epoch {epoch + 1}); nothing written"
-                              + (f" (the last checkpoint {saved} is intact)" if saved else ""),
-                              file=sys.stderr)
-                        return EXIT_DIVERGED
-                    losses.append(loss)
-                    epoch_losses.append(loss)
-                    rate = seen / max(time.perf_counter() - t_epoch, 1e-9)
-                    bar.set_postfix(loss=f"{loss:.4f}", ex_s=f"{rate:.0f}", refresh=False)
-                    bar.update(1)
-            skip = 0
-            took = time.perf_counter() - t_epoch
-            line = (f"epoch {epoch + 1}/{args.epochs}: mean loss "
-                    f"{float(np.mean(epoch_losses)) if epoch_losses else float('nan'):.4f}")
-            if evaluator is not None:
-                acc = evaluator.accuracy(trainer, data.batches(batch, shuffle=False,
-                                                               drop_last=static), "labels")
-                line += f", accuracy {100 * acc:.1f}%"
-            print(f"{line} ({seen} examples, {took:.1f} s, {seen / max(took, 1e-9):.0f} "
-                  f"examples/s)", flush=True)
-            if args.checkpoint:
-                trainer.save(args.checkpoint)
-                saved = args.checkpoint
-    except KeyboardInterrupt:
-        print(f"\ngradc: interrupted at step {trainer.steps}: nothing written"
-              + (f"; the last checkpoint {saved} is intact" if saved else ""), file=sys.stderr)
-        return EXIT_INTERRUPTED
+    done["steps"] = trainer.steps
+    for epoch in range(start_epoch, args.epochs):
+        epoch_losses: list[float] = []
+        t_epoch = time.perf_counter()
+        seen = 0
+        desc = f"epoch {epoch + 1}/{args.epochs}"
+        with _progress(per_epoch, skip, desc) as bar:
+            for i, b in enumerate(batches.epoch_batches(epoch)):
+                if i < skip:
+                    continue
+                loss = trainer.step(**b)
+                done["steps"] = trainer.steps
+                seen += len(next(iter(b.values())))
+                if not math.isfinite(loss):
+                    bar.close()
+                    saved = done["checkpoint"]
+                    print(f"gradc: training stopped: the loss is {loss} at step "
+                          f"{trainer.steps} (epoch {epoch + 1}); nothing written"
+                          + (f" (the last checkpoint {saved} is intact)" if saved else ""),
+                          file=sys.stderr)
+                    return EXIT_DIVERGED
+                losses.append(loss)
+                epoch_losses.append(loss)
+                rate = seen / max(time.perf_counter() - t_epoch, 1e-9)
+                bar.set_postfix(loss=f"{loss:.4f}", ex_s=f"{rate:.0f}", refresh=False)
+                bar.update(1)
+        skip = 0
+        took = time.perf_counter() - t_epoch
+        line = (f"epoch {epoch + 1}/{args.epochs}: mean loss "
+                f"{float(np.mean(epoch_losses)) if epoch_losses else float('nan'):.4f}")
+        if evaluator is not None:
+            acc = evaluator.accuracy(trainer, data.batches(batch, shuffle=False,
+                                                           drop_last=static), "labels")
+            line += f", accuracy {100 * acc:.1f}%"
+        print(f"{line} ({seen} examples, {took:.1f} s, {seen / max(took, 1e-9):.0f} "
+              f"examples/s)", flush=True)
+        if args.checkpoint:
+            trainer.save(args.checkpoint)
+            done["checkpoint"] = args.checkpoint
     trainer.export(args.output)
+    done["wrote"].append(args.output)
     print(f"wrote {args.output}: the trained model for inference ({trainer.steps} steps)")
     if curve:
         write_loss_curve(curve, {"loss": losses},
                          title=f"gradc train {os.path.basename(args.file)}")
+        done["wrote"].append(curve)
         print(f"wrote {curve}: the loss of each step")
     if args.checkpoint:
         print(f"wrote {args.checkpoint}: parameters, optimizer state and step (--resume)")
@@ -296,7 +347,8 @@ def _optimizer_flags(p: argparse.ArgumentParser, seed: Any) -> None:
     p.add_argument("--loss", choices=list(LOSSES),
                    help="applied to the first output: cross_entropy adds the input labels "
                         "(int64 class indices), mse the input target; without it the first "
-                        "output is the loss")
+                        "output is the loss (train: unless it has more than one element; "
+                        "then cross_entropy if the data file holds labels, mse if target)")
     p.add_argument("--frozen", action="append", metavar="NAME",
                    help="a parameter to keep fixed (repeatable)")
     p.add_argument("--seed", type=seed, default=0,
@@ -315,7 +367,11 @@ def add_parsers(sub: Any, seed: Any, load_graph: Any, write_graph: Any) -> None:
     p.set_defaults(fn=lambda a: cmd_train_step(a, load_graph, write_graph))
 
     p = sub.add_parser("train", help="train a model on an .npz data file and write the "
-                                     "trained model")
+                                     "trained model",
+                       epilog="exit status: 0 trained and written; 1 the loss became NaN or "
+                              "infinite (nothing written); 2 bad input, flags or data (nothing "
+                              "written); 130 interrupted (Ctrl-C; only files already written "
+                              "whole remain)")
     p.add_argument("file", help="a .onnx file exported in training mode")
     p.add_argument("--data", required=True, metavar="DATA.npz",
                    help="one array per model input and one for labels/target, examples on "

@@ -258,3 +258,92 @@ def test_ctrl_c_leaves_the_last_checkpoint_whole(files):
         assert int(z["step"]) % 512 == 0 and int(z["step"]) >= 512
     assert [p.name for p in tmp.iterdir() if p.name.startswith(".")] == []  # no temp files
     os.remove(ck)
+
+
+# -- the loss chosen from the data file, examples/mlp_digits.onnx, Ctrl-C anywhere -------------
+
+def test_without_loss_the_data_file_chooses_it(files, capsys):
+    tmp, model, data = files
+    out = tmp / "t.onnx"
+    assert main(["train", model, "--data", data, "-o", str(out), "-t", "reference",
+                 "--curve", ""]) == 0
+    said = capsys.readouterr().out
+    assert said.startswith("loss: cross_entropy of the first output 'logits' and the array "
+                           "'labels'") and "accuracy" in said
+    both = tmp / "both.npz"
+    np.savez(both, **blobs(), target=np.zeros((96, 3), F32))
+    for path, match in [(both, "is not a loss: pass --loss"),
+                        (tmp / "none.npz", "none.npz: no such file")]:
+        assert main(["train", model, "--data", str(path), "-o", str(tmp / "u.onnx")]) == 2
+        assert match in capsys.readouterr().err
+        assert not (tmp / "u.onnx").exists()
+    # mse from an array named target: the regression trains (loss falls)
+    reg = tmp / "reg.npz"
+    d = blobs()
+    np.savez(reg, x=d["x"], target=np.eye(3, dtype=F32)[d["labels"]])
+    assert main(["train", model, "--data", str(reg), "-o", str(out), "-t", "numpy", "--lr",
+                 "0.02", "--epochs", "3", "--curve", ""]) == 0
+    said = capsys.readouterr().out
+    assert said.startswith("loss: mse") and "accuracy" not in said
+    means = [float(s.split("mean loss ")[1].split(" ")[0]) for s in said.splitlines()
+             if s.startswith("epoch ")]
+    assert means[-1] < means[0]
+
+
+def test_mlp_digits_example_trains_and_its_accuracy_is_onnxruntimes(tmp_path, capsys):
+    out = tmp_path / "trained.onnx"
+    assert main(["train", str(ROOT / "examples/mlp_digits.onnx"), "--data",
+                 str(ROOT / "examples/digits.npz"), "-o", str(out), "--epochs", "2",
+                 "-t", "numpy"]) == 0
+    epochs = [s for s in capsys.readouterr().out.splitlines() if s.startswith("epoch ")]
+    means = [float(s.split("mean loss ")[1].split(",")[0]) for s in epochs]
+    assert len(means) == 2 and means[1] < means[0]
+    printed = float(epochs[-1].split("accuracy ")[1].split("%")[0])
+    with np.load(ROOT / "examples/digits.npz") as z:
+        x, labels = z["x"], z["labels"]
+    got = 100 * np.mean(quiet_session(str(out)).run(None, {"x": x})[0].argmax(1) == labels)
+    # the same model on the same 1797 examples; 0.2 points = 3 examples whose top two scores
+    # are within float32 rounding of each other (numpy and onnxruntime sum in other orders)
+    assert abs(got - printed) <= 0.2 and printed > 50
+
+
+def test_mlp_digits_onnx_is_what_make_mlp_writes():
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        import make_mlp
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    fresh = onnx.load_from_string(make_mlp.export(make_mlp.model()))
+    kept = onnx.load(ROOT / "examples/mlp_digits.onnx")
+    assert [n.op_type for n in fresh.graph.node] == [n.op_type for n in kept.graph.node] == \
+        ["Flatten", "Gemm", "Relu", "Gemm"]
+    assert [i.name for i in kept.graph.input] == ["x"]
+    dims = kept.graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_param or d.dim_value for d in dims] == ["N", 1, 8, 8]
+    for a, b in zip(fresh.graph.initializer, kept.graph.initializer, strict=True):
+        np.testing.assert_array_equal(nh.to_array(a), nh.to_array(b), err_msg=a.name)
+
+
+def test_ctrl_c_before_training_or_while_writing(files, monkeypatch, capsys):
+    import gradc.cli_train as ct
+
+    tmp, model, data = files
+    out = tmp / "t.onnx"
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:  # while compiling
+        m.setattr(ct, "Trainer", interrupt)
+        assert main(["train", model, "--data", data, "-o", str(out), "--loss",
+                     "cross_entropy"]) == 130
+    assert "interrupted before training started: nothing written" in capsys.readouterr().err
+    assert not out.exists()
+    with monkeypatch.context() as m:  # after the model, while writing the curve
+        m.setattr(ct, "write_loss_curve", interrupt)
+        assert main(["train", model, "--data", data, "-o", str(out), "--loss",
+                     "cross_entropy", "-t", "reference"]) == 130
+    err = capsys.readouterr().err
+    assert f"interrupted at step 3: wrote only {out}" in err  # 96 examples, batch 32
+    assert out.exists() and not (tmp / "t.loss.svg").exists()
