@@ -90,6 +90,10 @@ class Trainer:
             if name not in batch:
                 raise InputError(f"Trainer.step: missing array {name!r}: the step takes "
                                  f"{', '.join(self._batch_names)}")
+        # A strided view (a column slice, a transposed batch) is fine here: the C target needs
+        # C-contiguous arrays, so such a batch is copied once (contiguous ones are not).
+        batch = {k: np.ascontiguousarray(v) if isinstance(v, np.ndarray) else v
+                 for k, v in batch.items()}
         t = self._steps + 1
         out = self.executable(**batch, step=np.array([t], np.int64), **self._state)
         in_place = allocated = 0

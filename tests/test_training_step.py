@@ -390,6 +390,17 @@ def test_resume_from_saved_state_equals_uninterrupted_training(tmp_path):
         np.testing.assert_array_equal(second.state_dict()[k], v, err_msg=k)
 
 
+def test_strided_batches_are_accepted_on_the_c_target():
+    tr = gradc.Trainer(mlp(), gradc.optim.SGD(0.1), loss="cross_entropy", target="c")
+    ref = gradc.Trainer(mlp(), gradc.optim.SGD(0.1), loss="cross_entropy", target="numpy")
+    b = batch(3)
+    wide = np.zeros((6, 6), F32)
+    wide[:, ::2] = b["x"]
+    view = wide[:, ::2]  # not C-contiguous
+    assert not view.flags.c_contiguous
+    assert tr.step(x=view, labels=b["labels"]) == ref.step(**b)
+
+
 def test_state_dict_errors_change_nothing(tmp_path):
     tr = gradc.Trainer(mlp(), gradc.optim.SGD(0.1), loss="cross_entropy", target="reference")
     tr.step(**batch(0))
