@@ -253,7 +253,8 @@ def _train(args: argparse.Namespace, load_graph: Any, done: dict[str, Any]) -> i
     step = training_step(g, opt, loss=args.loss, frozen=args.frozen or (), seed=args.seed)
     inputs, label, classes = _data_specs(g, step)
     batch, static = _batch_size(args, inputs)
-    data = load_dataset(args.data, inputs, label=label, classes=classes)
+    data = load_dataset(args.data, inputs, label=label, classes=classes,
+                        ignore_index=args.ignore_index)
     if static and data.size < batch:
         raise InputError(f"{args.data}: {data.size} examples, fewer than the model's fixed "
                          f"batch of {batch}")
@@ -391,6 +392,11 @@ def add_parsers(sub: Any, seed: Any, load_graph: Any, write_graph: Any) -> None:
     p.add_argument("--checkpoint", metavar="FILE.npz",
                    help="save the state here after every epoch (Trainer.save)")
     p.add_argument("--resume", metavar="FILE.npz", help="start from a saved state")
+    p.add_argument("--ignore-index", type=int, metavar="LABEL",
+                   help="a label value that marks examples (or pixels) the loss leaves out, "
+                        "as PyTorch's ignore_index (e.g. -100); other labels outside the class "
+                        "range are refused. gradc's cross_entropy counts any label outside "
+                        "[0, classes) nowhere (SPEC-training §18), so the step needs no flag")
     p.set_defaults(fn=lambda a: cmd_train(a, load_graph))
 
 

@@ -347,3 +347,21 @@ def test_ctrl_c_before_training_or_while_writing(files, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert f"interrupted at step 3: wrote only {out}" in err  # 96 examples, batch 32
     assert out.exists() and not (tmp / "t.loss.svg").exists()
+
+
+def test_ignore_index_labels_are_accepted_and_left_out(files, capsys):
+    """--ignore-index: those labels pass the data check, and the loss counts them nowhere, so
+    training equals training on the other examples' labels with the same batches."""
+    tmp, model, _ = files
+    d = blobs()
+    d["labels"][::5] = -100
+    data = tmp / "ign.npz"
+    np.savez(data, **d)
+    out = tmp / "t.onnx"
+    common = [model, "--data", str(data), "-o", str(out), "--loss", "cross_entropy",
+              "-t", "reference", "--batch-size", "16", "--curve", ""]
+    assert main(["train", *common]) == 2
+    assert "outside the class range [0, 3)" in capsys.readouterr().err
+    assert main(["train", *common, "--ignore-index", "-100"]) == 0
+    assert "mean loss" in capsys.readouterr().out
+    assert out.exists()
