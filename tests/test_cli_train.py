@@ -350,8 +350,8 @@ def test_ctrl_c_before_training_or_while_writing(files, monkeypatch, capsys):
 
 
 def test_ignore_index_labels_are_accepted_and_left_out(files, capsys):
-    """--ignore-index: those labels pass the data check, and the loss counts them nowhere, so
-    training equals training on the other examples' labels with the same batches."""
+    """--ignore-index: those labels pass the data check (refused without the flag), and the
+    step trains on them (the loss counts labels outside [0, C) nowhere: tests/test_losses.py)."""
     tmp, model, _ = files
     d = blobs()
     d["labels"][::5] = -100
