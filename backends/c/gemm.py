@@ -1,15 +1,23 @@
 """C kernels of SPEC-training.md §11 (gemm) and §13 (average pooling, in average_pooling.py).
 
-gemm keeps §11.1's canonical order, so it is bit-identical to the reference: each thread takes
-rows ``(batch, m)`` of the result; a row is done in blocks of ``NB`` columns, each an
-accumulator array set to +0 that every ``k`` (ascending) updates with one rounded product and
-one rounded addition per column (the innermost loop runs along a row of ``op(b)``: contiguous
-and vectorizable when ``b`` is not transposed). Then ``alpha * acc`` is rounded, and
-``beta * c`` rounded and added when ``c`` is given and ``beta != 0``.
+gemm keeps §11.1's canonical order, so it is bit-identical to the reference: every result
+element starts from +0 in the accumulation type and, for k ascending, adds one rounded product
+with one rounded addition; then ``alpha * acc`` is rounded, and ``beta * c`` rounded and added
+when ``c`` is given and ``beta != 0``. Only the loop structure around that sequence is chosen
+for speed (BLIS-style register blocking):
 
-Later (speed issue): pack ``op(b)`` panels and tile several rows per thread (register blocking
-over m and n with k innermost per tile keeps the order); transposed operands copied to
-contiguous panels first.
+- a job is (batch index, panel of ``NR`` columns, chunk of ``MC`` rows); OpenMP shares the jobs
+  statically, so small-N and small-M shapes still give every thread work;
+- k runs in blocks of ``KC``: each block packs ``op(b)[k0:k0+KC, n0:n0+NR]`` (widened to the
+  accumulation type, zero-padded past N) into a contiguous, aligned panel, so transposed or
+  strided ``b`` costs one copy per block;
+- a micro-tile of ``MR`` rows x ``NR`` columns lives in vector registers (GCC vector extensions,
+  64-byte vectors, two per row) across the block's k steps: ``p = b * a; acc = acc + p`` as
+  separate statements (``-ffp-contract=off``: no FMA); rows past the last full tile take the same
+  code one row at a time. Between k blocks the tile is kept in an accumulator array of the
+  chunk; storing and reloading a float is exact, so splitting the k *loop* (not the sum) keeps
+  the order;
+- the epilogue (alpha, beta * c, narrowing to float16) runs per element after the last block.
 """
 
 from __future__ import annotations
@@ -17,13 +25,18 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from gradc.backends.c.average_pooling import EMITTERS as AVERAGE_POOLING_EMITTERS
-from gradc.backends.c.ctypes_map import ctype, float_literal
+from gradc.backends.c.ctypes_map import CType, ctype, float_literal
 from gradc.backends.c.kernel import Kernel, omp_for
 from gradc.backends.c.scalar import narrow, widen
+from gradc.backends.c.writer import CWriter
 from gradc.ir.core import Value
 from gradc.ir.types import Dim
 
-NB = 256  # columns per accumulator block (a stack array of the accumulation type)
+VBYTES = 64  # bytes of one vector (AVX-512 register; GCC splits it where narrower)
+NV = 2  # vectors per micro-tile row: NR = NV * lanes columns
+MR = 8  # rows of a full micro-tile (MR * NV accumulators stay in registers)
+MC = 128  # rows of a job's chunk (its accumulator array is MC x NR)
+KC = 256  # k steps per packed panel of op(b) (KC x NR, fits L1/L2)
 
 
 def _batch_strides(k: Kernel, v: Value, out_batch: Sequence[Dim]) -> list[str]:
@@ -45,21 +58,30 @@ def emit_gemm(k: Kernel) -> None:
     c = node.inputs[2] if len(node.inputs) == 3 and node.attrs["beta"] != 0 else None
     y = node.outputs[0]
     t = ctype(y.type.dtype)
+    acc = t.acc
+    lanes = VBYTES // (8 if acc == "double" else 4)
+    nr = NV * lanes
     ta, tb = node.attrs["trans_a"], node.attrs["trans_b"]
     batch = y.type.shape[:-2]
     d = k.dims
     cw = k.code
     pa, pb, py = k.param(a), k.param(b), k.param(y)
-    cw.line(f"const int64_t M = {d.expr(y.type.shape[-2])};",
+    cw.line(f"typedef {acc} gc_gv __attribute__((vector_size({VBYTES})));",
+            f"const int64_t M = {d.expr(y.type.shape[-2])};",
             f"const int64_t N = {d.expr(y.type.shape[-1])};",
             f"const int64_t K = {d.expr(b.type.shape[-1] if tb else b.type.shape[-2])};",
-            f"const int64_t R = {d.prod(batch)} * M;")
+            f"const int64_t NBT = {d.prod(batch)};",
+            f"const int64_t NP = (N + {nr - 1}) / {nr}, NMC = (M + {MC - 1}) / {MC};",
+            "const int64_t J = NBT * NP * NMC;")
     sa, sb = _batch_strides(k, a, batch), _batch_strides(k, b, batch)
     sc = _batch_strides(k, c, batch) if c is not None else []
-    cw.line(omp_for("(double)R * (double)N * (double)K"))
-    with cw.block("for (int64_t r = 0; r < R; r++)"):
-        cw.line("const int64_t m = r % M;", "int64_t oa = 0, ob = 0, oc = 0;")
-        cw.line("int64_t bi = r / M;" if batch else "(void)oc;")
+    cw.line(omp_for("(double)NBT * (double)M * (double)N * (double)K"))
+    with cw.block("for (int64_t job = 0; job < J; job++)"):
+        cw.line(f"const int64_t m0 = job % NMC * {MC}, n0 = job / NMC % NP * {nr};",
+                f"const int64_t mb = M - m0 < {MC} ? M - m0 : {MC};",
+                f"const int64_t nb = N - n0 < {nr} ? N - n0 : {nr};",
+                "int64_t oa = 0, ob = 0, oc = 0;")
+        cw.line("int64_t bi = job / NMC / NP;" if batch else "(void)oc;")
         for i in range(len(batch) - 1, -1, -1):
             with cw.block():
                 cw.line(f"const int64_t ci = bi % {d.expr(batch[i])};",
@@ -68,30 +90,97 @@ def emit_gemm(k: Kernel) -> None:
                         f"oc += ci * {sc[i]};" if c is not None else "(void)oc;")
         if batch:
             cw.line("(void)bi;")
-        a_el = f"{pa}[oa + kk * M + m]" if ta else f"{pa}[oa + m * K + kk]"
-        b_el = f"{pb}[ob + (n0 + j) * K + kk]" if tb else "brow[j]"
-        cw.line(f"{t.acc} acc[{NB}];")
-        with cw.block(f"for (int64_t n0 = 0; n0 < N; n0 += {NB})"):
-            cw.line(f"const int64_t nb = N - n0 < {NB} ? N - n0 : {NB};",
-                    "for (int64_t j = 0; j < nb; j++) acc[j] = 0;")
-            with cw.block("for (int64_t kk = 0; kk < K; kk++)"):
-                cw.line(f"const {t.acc} av = ({t.acc}){widen(t, a_el)};")
-                if not tb:
-                    cw.line(f"const {t.store} *brow = {pb} + ob + kk * N + n0;")
-                with cw.block("for (int64_t j = 0; j < nb; j++)"):
-                    cw.line(f"const {t.acc} pr = av * ({t.acc}){widen(t, b_el)};",
-                            "acc[j] = acc[j] + pr;")
+        cw.line("const int64_t oy = job / NMC / NP * M * N;",
+                f"{acc} bp[{KC * nr}] __attribute__((aligned({VBYTES})));",
+                f"{acc} cb[{MC * nr}] __attribute__((aligned({VBYTES})));")
+        # full-width tiles (not float16) finish in registers; the others go through cb
+        cw.line(f"const int direct = {'0' if t.is_f16 else f'nb == {nr}'};")
+        alpha = float_literal(node.attrs["alpha"], acc)
+        beta = float_literal(node.attrs["beta"], acc)
+        cref = None
+        if c is not None:
+            cs = c.type.shape
+            cm = "0" if d.static(cs[-2]) == 1 else d.expr(cs[-1])
+            cref = (k.param(c), cm, d.static(cs[-1]) != 1)
+        with cw.block(f"for (int64_t k0 = 0; k0 < K; k0 += {KC})"):
+            cw.line(f"const int64_t kb = K - k0 < {KC} ? K - k0 : {KC};")
+            _pack_b(cw, t, pb, tb, nr)
+            cw.line("int64_t i = 0;")
+            with cw.block(f"for (; i + {MR} <= mb; i += {MR})"):
+                _micro(cw, t, pa, ta, MR, lanes, (py, alpha, beta, cref))
+            with cw.block("for (; i < mb; i++)"):
+                _micro(cw, t, pa, ta, 1, lanes, (py, alpha, beta, cref))
+        with cw.block("if (!direct) for (int64_t i = 0; i < mb; i++)"):
             with cw.block("for (int64_t j = 0; j < nb; j++)"):
-                cw.line(f"{t.acc} v = {float_literal(node.attrs['alpha'], t.acc)} * acc[j];")
-                if c is not None:
-                    cs = c.type.shape
-                    cm = "0" if d.static(cs[-2]) == 1 else d.expr(cs[-1])
-                    cn = "0" if d.static(cs[-1]) == 1 else "1"
-                    pc = k.param(c)
-                    el = f"{pc}[oc + m * {cm} + (n0 + j) * {cn}]"
-                    cw.line(f"const {t.acc} bc = {float_literal(node.attrs['beta'], t.acc)} * "
-                            f"({t.acc}){widen(t, el)};", "v = v + bc;")
-                cw.line(f"{py}[r * N + n0 + j] = {narrow(t, 'v')};")
+                cw.line(f"{acc} v = {alpha} * cb[i * {nr} + j];")
+                if cref is not None:
+                    pc, cm, cvec = cref
+                    el = f"{pc}[oc + (m0 + i) * {cm} + (n0 + j) * {'1' if cvec else '0'}]"
+                    cw.line(f"const {acc} bc = {beta} * ({acc}){widen(t, el)};", "v = v + bc;")
+                cw.line(f"{py}[oy + (m0 + i) * N + n0 + j] = {narrow(t, 'v')};")
+
+
+def _pack_b(cw: CWriter, t: CType, pb: str, tb: bool, nr: int) -> None:
+    """Copy ``op(b)[k0:k0+kb, n0:n0+nb]`` into ``bp`` (row stride ``nr``), zeros past ``nb``."""
+    if tb:  # b is N x K: read along k
+        with cw.block("for (int64_t j = 0; j < nb; j++)"):
+            cw.line(f"const {t.store} *src = {pb} + ob + (n0 + j) * K + k0;",
+                    f"for (int64_t kk = 0; kk < kb; kk++) bp[kk * {nr} + j] = "
+                    f"({t.acc}){widen(t, 'src[kk]')};")
+    else:  # b is K x N: read along n
+        with cw.block("for (int64_t kk = 0; kk < kb; kk++)"):
+            cw.line(f"const {t.store} *src = {pb} + ob + (k0 + kk) * N + n0;",
+                    f"for (int64_t j = 0; j < nb; j++) bp[kk * {nr} + j] = "
+                    f"({t.acc}){widen(t, 'src[j]')};")
+    with cw.block(f"if (nb < {nr})"):
+        cw.line(f"for (int64_t kk = 0; kk < kb; kk++) for (int64_t j = nb; j < {nr}; j++) "
+                f"bp[kk * {nr} + j] = 0;")
+
+
+def _micro(cw: CWriter, t: CType, pa: str, ta: bool, rows: int, lanes: int,
+           epi: tuple[str, str, str, tuple[str, str, bool] | None]) -> None:
+    """``rows`` x ``nr`` tile at chunk row ``i``: registers over the block's ``kb`` k steps.
+
+    After the last block of a ``direct`` job the epilogue runs on the registers (``epi``: the
+    output parameter, alpha and beta literals, and ``c`` as (parameter, row stride, varies
+    along n) or None): ``alpha * acc`` then ``+ beta * c``, each rounded per lane, the same
+    operations as the scalar epilogue; otherwise the tile goes back to ``cb``."""
+    nr = NV * lanes
+    rr, vv = range(rows), range(NV)
+    for r in rr:
+        cw.line(*(f"gc_gv c{r}_{v} = k0 == 0 ? (gc_gv){{0}} : "
+                  f"*(const gc_gv *)(cb + (i + {r}) * {nr} + {v * lanes});" for v in vv))
+        cw.line(f"const {t.store} *a{r} = {pa} + oa + "
+                + (f"k0 * M + m0 + i + {r};" if ta else f"(m0 + i + {r}) * K + k0;"))
+    step = "kk * M" if ta else "kk"
+    with cw.block("for (int64_t kk = 0; kk < kb; kk++)"):
+        cw.line(*(f"const gc_gv b{v} = *(const gc_gv *)(bp + kk * {nr} + {v * lanes});"
+                  for v in vv))
+        for r in rr:
+            cw.line(f"const {t.acc} x{r} = {widen(t, f'a{r}[{step}]')};")
+            for v in vv:
+                cw.line(f"const gc_gv p{r}_{v} = b{v} * x{r};", f"c{r}_{v} = c{r}_{v} + p{r}_{v};")
+    py, alpha, beta, cref = epi
+    with cw.block("if (direct && k0 + kb == K)"):
+        for r in rr:
+            for v in vv:
+                col = f"n0 + {v * lanes}"
+                cw.line(f"gc_gv o{r}_{v} = {alpha} * c{r}_{v};")
+                if cref is not None:
+                    pc, cm, cvec = cref
+                    row = f"{pc} + oc + (m0 + i + {r}) * {cm}"
+                    if cvec:  # c varies along n: a vector of it, scaled lane by lane
+                        cw.line(f"gc_gv q{r}_{v};", f"memcpy(&q{r}_{v}, {row} + {col}, "
+                                f"sizeof q{r}_{v});", f"const gc_gv e{r}_{v} = {beta} * q{r}_{v};")
+                    else:  # one c per row: scaled once, then splat (no arithmetic on it)
+                        cw.line(f"const {t.acc} e{r}_{v} = {beta} * *({row});")
+                    cw.line(f"o{r}_{v} = o{r}_{v} + e{r}_{v};")
+                cw.line(f"memcpy({py} + oy + (m0 + i + {r}) * N + {col}, &o{r}_{v}, "
+                        f"sizeof o{r}_{v});")
+    with cw.block("else"):
+        for r in rr:
+            cw.line(*(f"*(gc_gv *)(cb + (i + {r}) * {nr} + {v * lanes}) = c{r}_{v};"
+                      for v in vv))
 
 
 EMITTERS: dict[str, Any] = {
