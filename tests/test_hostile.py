@@ -610,3 +610,18 @@ def test_f4_float16_results_that_overflow_are_inf_without_warnings(target):
         warnings.simplefilter("error")
         out = gradc.compile(g, target=target)(**feeds)
     assert out["y"][0, 0] == np.inf and out["z"][1, 0, 0, 0] == np.inf
+
+
+@pytest.mark.parametrize("attrs, field", [({"strides": [0, 1]}, "strides"),
+                                          ({"dilations": [1, 0]}, "dilations")])
+def test_conv_same_padding_with_a_zero_stride_or_dilation_is_refused(attrs, field):
+    """Fuzz finding (onnx harness): Conv with auto_pad SAME and a zero stride divided by zero
+    while computing the pads (ZeroDivisionError), before the op's own check."""
+    from onnx import TensorProto as TP, helper as oh, numpy_helper as nh
+    node = oh.make_node("Conv", ["x", "w"], ["y"], auto_pad="SAME_UPPER", **attrs)
+    g = oh.make_graph([node], "g", [oh.make_tensor_value_info("x", TP.FLOAT, [1, 1, 5, 5])],
+                      [oh.make_tensor_value_info("y", TP.FLOAT, None)],
+                      [nh.from_array(np.ones((2, 1, 3, 3), np.float32), "w")])
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+    with pytest.raises(gradc.VerifyError, match=f"attribute {field}: expected ints >= 1"):
+        gradc.from_onnx(m)

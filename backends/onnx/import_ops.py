@@ -347,6 +347,9 @@ def _pool_ints(n: OnnxNode, name: str, length: int, default: int) -> list[int]:
 
 def same_pads(size: int, w: int, s: int, d: int, upper: bool) -> tuple[int, int]:
     """SPEC.md §7.4 auto_pad SAME_UPPER / SAME_LOWER: (start, end) padding of one axis."""
+    if s < 1 or d < 1:  # checked here: the op's own check comes after this division
+        raise VerifyError(f"attribute {'strides' if s < 1 else 'dilations'}: expected ints >= 1 "
+                          f"(auto_pad SAME), got {s if s < 1 else d}")
     out = -(-size // s)
     total = max(0, (out - 1) * s + (w - 1) * d + 1 - size)
     small = total // 2
