@@ -90,12 +90,18 @@ def check_training(g: Graph, opts: Mapping[str, Any], run: Callable[[str, Callab
     pg = with_parameters(g, rng)
     if pg is None:
         return
+    opt = optimizer(rng)
     step = run("training_step", lambda: gradc.training_step(
-        pg, optimizer(rng), loss=loss_for(pg, rng), seed=rng.getrandbits(64)))
+        pg, opt, loss=loss_for(pg, rng), seed=rng.getrandbits(64)))
     if step is None:
         return
+    # Adam and AdamW divide by the root of the second moment: a gradient that is 0 in exact
+    # arithmetic (a bias added to every logit before a softmax) holds rounding noise, which
+    # they turn into a step of size lr. onnxruntime rounds differently, so its step is then
+    # compared with the reference only for SGD (linear in the gradient); it still runs.
+    adaptive = not isinstance(opt, gradc.optim.SGD)
     check_graph(step, {**opts, "grad": False, "onnx_export": False, "api": False,
-                       "train": False, "seed": rng.getrandbits(32)})
+                       "train": False, "exact_only": adaptive, "seed": rng.getrandbits(32)})
     if not opts.get("c", False) or len(step.nodes) > c_max_nodes or not step.inputs:
         return
     if any(isinstance(d, str) for v in step.inputs for d in v.type.shape):
