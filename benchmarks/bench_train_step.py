@@ -60,8 +60,6 @@ import copy
 import gc
 import logging
 import multiprocessing as mp
-import os
-import platform
 import resource
 import sys
 import tempfile
@@ -72,7 +70,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-import onnxruntime as ort
 import torch
 import torch.nn.functional as F
 
@@ -80,6 +77,7 @@ import gradc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import real_models as rm  # noqa: E402  (tests/ is not a package)
+from bench_models import load, machine  # noqa: E402  (the same facts, one place)
 
 logging.getLogger("torch.onnx").setLevel(logging.ERROR)
 
@@ -351,30 +349,6 @@ def table(models: dict[str, int], results: dict[str, dict[str, Peer]], peers: li
             lines.append(f"| {head} | {label} | {comp} | {med:.1f} | {low:.1f} "
                          f"| {ratio} | {first} | {last} | {p.rss_mib:,.0f} | {inplace} |")
     return lines
-
-
-def machine(threads: int) -> list[str]:
-    """Facts about the machine and the software."""
-    cpu = platform.processor() or "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return [f"- machine: {cpu}, {os.cpu_count()} CPUs; threads {threads} "
-            f"(torch.set_num_threads, gradc c/onnx threads=); gradc numpy runs as NumPy runs",
-            f"- Python {platform.python_version()}, numpy {np.__version__}, torch "
-            f"{torch.__version__}, onnxruntime {ort.__version__}, gradc {gradc.__version__}"]
-
-
-def load() -> str:
-    """The 1/5/15-minute load averages."""
-    try:
-        return " / ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "n/a"
 
 
 # ---------------------------------------------------------------- main
