@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from gradc.errors import UnsupportedError
+from gradc.backends.c import conv_gemm
 from gradc.backends.c.kernel import Kernel, fail_unless
 from gradc.backends.c.scalar import narrow, widen
 from gradc.backends.c.ctypes_map import CType, ctype
@@ -132,6 +133,14 @@ def emit_convolution(k: Kernel) -> None:
     xp, wp, yp = k.param(x), k.param(w), k.param(y)
     bp = k.param(bias) if bias is not None else None
     oplane, iplane, kplane = math.prod(ys), math.prod(xs), math.prod(ks)
+    if conv_gemm.usable(t, cog) and min(xs + ys + ks) > 0:
+        conv_gemm.finite_check(k.code, t, wp, k.dims.prod(w.type.shape))
+        with k.code.block("if (!nonfinite)"):
+            conv_gemm.emit_convolution(
+                k, t, fwd, a["mode"] == "convolution", g, (ci, co), (xs, ys, ks),
+                [(a["strides"][i], a["dilations"][i], a["start_padding"][i]) for i in range(nd)],
+                bias is not None)
+            k.code.line("return 0;")
     body = CWriter()
     body.line(f"const int64_t n = p / {co}, o = p % {co}, grp = o / {cog};")
     if not fwd:
@@ -208,6 +217,14 @@ def emit_convolution_filter_grad(k: Kernel) -> None:
     mplane, nplane, kplane = math.prod(ms), math.prod(ns), math.prod(ks)
     itp, otp, wp = k.param(it), k.param(other), k.param(dw)
     batch = k.dims.expr(x.type.shape[0])
+    if conv_gemm.usable(t, ca) and min(ms + ns + ks) > 0:
+        conv_gemm.finite_check(k.code, t, itp, k.dims.prod(it.type.shape))
+        with k.code.block("if (!nonfinite)"):
+            conv_gemm.emit_filter_grad(
+                k, t, a["mode"] == "convolution", g, itp, otp, (c_it, c_ot), (ms, ns, ks),
+                [(a["strides"][i], a["dilations"][i], a["start_padding"][i]) for i in range(nd)],
+                f1n)
+            k.code.line("return 0;")
     body = CWriter()
     body.line(f"const int64_t fc = p / {f1n}, oc = (fc / {ca}) * {f1n} + p % {f1n};")
     heads = [f"for (int64_t k{i} = 0; k{i} < {ks[i]}; k{i}++)" for i in range(nd)]

@@ -216,4 +216,118 @@ static inline void gc_axis_taps(int64_t nc, int64_t n, float scale, float ipo, f
     }
 }
 
+/* Packed matrix multiply for the convolution kernels (backends/c/conv.py): the BLIS loop nest
+ * around a register-blocked micro-kernel, in the reference's summation order.
+ *
+ *   C[m, n] = C0[m, n] + sum over k ascending of A[m, k] * B[k, n]
+ *
+ * where C0 is +0 (zero_c) or C's value on entry; each product and each addition is rounded
+ * separately (-ffp-contract=off: no FMA), so every element is the sequential sum the reference
+ * computes. A is packed by the caller in panels of GC_MR rows (rows past M zero):
+ * A[m, k] = ap[((m / GC_MR) * K + k) * GC_MR + m % GC_MR]. B's element (k, n) is at
+ * B[k * bk + n * bn]. C is row-major with row stride ldc.
+ *
+ * A job is (panel of NR = 2 vectors of columns, chunk of GC_MC rows); the jobs are shared by
+ * an orphaned `omp for` among the threads of the enclosing parallel region (serially outside
+ * one), with the barrier at its end. Per job, k runs in blocks of GC_KC: the block of B is
+ * packed (widened nothing: T is the accumulation type) into an aligned KC x NR panel with zeros
+ * past N, and each GC_MR x NR tile of the chunk stays in vector registers over the block. */
+#define GC_MR 8
+#ifndef GC_MC
+#define GC_MC 256
+#endif
+#ifndef GC_KC
+#define GC_KC 256
+#endif
+#define GC_DEFINE_GEMM(T, SUF, LANES)                                                           \
+typedef T gc_v##SUF __attribute__((vector_size(64)));                                          \
+static inline __attribute__((unused)) void gc_gemm_##SUF(                                      \
+    int64_t M, int64_t N, int64_t K, const T *restrict ap, const T *restrict B, int64_t bk,    \
+    int64_t bn, T *restrict C, int64_t ldc, int zero_c) {                                      \
+  enum { NR = 2 * LANES };                                                                     \
+  const int64_t NP = (N + NR - 1) / NR, NMC = (M + GC_MC - 1) / GC_MC, J = NP * NMC;           \
+  _Pragma("omp for schedule(static)")                                                          \
+  for (int64_t job = 0; job < J; job++) {                                                      \
+    const int64_t n0 = job / NMC * NR, m0 = job % NMC * GC_MC;                                 \
+    const int64_t nb = N - n0 < NR ? N - n0 : NR, mb = M - m0 < GC_MC ? M - m0 : GC_MC;        \
+    _Alignas(64) T bp[GC_KC * NR];                                                             \
+    _Alignas(64) T tile[GC_MR * NR];                                                           \
+    for (int64_t k0 = 0; k0 < K; k0 += GC_KC) {                                                \
+      const int64_t kb = K - k0 < GC_KC ? K - k0 : GC_KC;                                      \
+      if (bn == 1) {                                                                           \
+        for (int64_t kk = 0; kk < kb; kk++) {                                                  \
+          const T *src = B + (k0 + kk) * bk + n0;                                              \
+          T *dst = bp + kk * NR;                                                               \
+          for (int64_t j = 0; j < nb; j++) dst[j] = src[j];                                    \
+          for (int64_t j = nb; j < NR; j++) dst[j] = 0;                                        \
+        }                                                                                      \
+      } else {                                                                                 \
+        for (int64_t j = 0; j < nb; j++) {                                                     \
+          const T *src = B + k0 * bk + (n0 + j) * bn;                                          \
+          for (int64_t kk = 0; kk < kb; kk++) bp[kk * NR + j] = src[kk * bk];                  \
+        }                                                                                      \
+        for (int64_t kk = 0; kk < kb; kk++)                                                    \
+          for (int64_t j = nb; j < NR; j++) bp[kk * NR + j] = 0;                               \
+      }                                                                                        \
+      const int fresh = zero_c && k0 == 0;                                                     \
+      for (int64_t i = 0; i < mb; i += GC_MR) {                                                \
+        const int64_t rows = mb - i < GC_MR ? mb - i : GC_MR;                                  \
+        const int full = rows == GC_MR && nb == NR;                                            \
+        T *c = C + (m0 + i) * ldc + n0;                                                        \
+        const T *a = ap + ((m0 + i) / GC_MR * K + k0) * GC_MR;                                 \
+        T *src = full ? c : tile;                                                              \
+        const int64_t ld = full ? ldc : NR;                                                    \
+        if (!full) {                                                                           \
+          memset(tile, 0, sizeof tile);                                                        \
+          if (!fresh)                                                                          \
+            for (int64_t r = 0; r < rows; r++)                                                 \
+              for (int64_t j = 0; j < nb; j++) tile[r * NR + j] = c[r * ldc + j];              \
+        }                                                                                      \
+        gc_v##SUF c0a, c0b, c1a, c1b, c2a, c2b, c3a, c3b, c4a, c4b, c5a, c5b, c6a, c6b, c7a, c7b; \
+        if (fresh) {                                                                           \
+          c0a = c0b = c1a = c1b = c2a = c2b = c3a = c3b = (gc_v##SUF){0};                      \
+          c4a = c4b = c5a = c5b = c6a = c6b = c7a = c7b = (gc_v##SUF){0};                      \
+        } else {                                                                               \
+          memcpy(&c0a, src + 0 * ld, 64); memcpy(&c0b, src + 0 * ld + LANES, 64);              \
+          memcpy(&c1a, src + 1 * ld, 64); memcpy(&c1b, src + 1 * ld + LANES, 64);              \
+          memcpy(&c2a, src + 2 * ld, 64); memcpy(&c2b, src + 2 * ld + LANES, 64);              \
+          memcpy(&c3a, src + 3 * ld, 64); memcpy(&c3b, src + 3 * ld + LANES, 64);              \
+          memcpy(&c4a, src + 4 * ld, 64); memcpy(&c4b, src + 4 * ld + LANES, 64);              \
+          memcpy(&c5a, src + 5 * ld, 64); memcpy(&c5b, src + 5 * ld + LANES, 64);              \
+          memcpy(&c6a, src + 6 * ld, 64); memcpy(&c6b, src + 6 * ld + LANES, 64);              \
+          memcpy(&c7a, src + 7 * ld, 64); memcpy(&c7b, src + 7 * ld + LANES, 64);              \
+        }                                                                                      \
+        for (int64_t kk = 0; kk < kb; kk++) {                                                  \
+          const gc_v##SUF b0 = *(const gc_v##SUF *)(bp + kk * NR);                             \
+          const gc_v##SUF b1 = *(const gc_v##SUF *)(bp + kk * NR + LANES);                     \
+          const T *ak = a + kk * GC_MR;                                                        \
+          gc_v##SUF p;                                                                         \
+          p = b0 * ak[0]; c0a = c0a + p; p = b1 * ak[0]; c0b = c0b + p;                        \
+          p = b0 * ak[1]; c1a = c1a + p; p = b1 * ak[1]; c1b = c1b + p;                        \
+          p = b0 * ak[2]; c2a = c2a + p; p = b1 * ak[2]; c2b = c2b + p;                        \
+          p = b0 * ak[3]; c3a = c3a + p; p = b1 * ak[3]; c3b = c3b + p;                        \
+          p = b0 * ak[4]; c4a = c4a + p; p = b1 * ak[4]; c4b = c4b + p;                        \
+          p = b0 * ak[5]; c5a = c5a + p; p = b1 * ak[5]; c5b = c5b + p;                        \
+          p = b0 * ak[6]; c6a = c6a + p; p = b1 * ak[6]; c6b = c6b + p;                        \
+          p = b0 * ak[7]; c7a = c7a + p; p = b1 * ak[7]; c7b = c7b + p;                        \
+        }                                                                                      \
+        T *dst = full ? c : tile;                                                              \
+        memcpy(dst + 0 * ld, &c0a, 64); memcpy(dst + 0 * ld + LANES, &c0b, 64);                \
+        memcpy(dst + 1 * ld, &c1a, 64); memcpy(dst + 1 * ld + LANES, &c1b, 64);                \
+        memcpy(dst + 2 * ld, &c2a, 64); memcpy(dst + 2 * ld + LANES, &c2b, 64);                \
+        memcpy(dst + 3 * ld, &c3a, 64); memcpy(dst + 3 * ld + LANES, &c3b, 64);                \
+        memcpy(dst + 4 * ld, &c4a, 64); memcpy(dst + 4 * ld + LANES, &c4b, 64);                \
+        memcpy(dst + 5 * ld, &c5a, 64); memcpy(dst + 5 * ld + LANES, &c5b, 64);                \
+        memcpy(dst + 6 * ld, &c6a, 64); memcpy(dst + 6 * ld + LANES, &c6b, 64);                \
+        memcpy(dst + 7 * ld, &c7a, 64); memcpy(dst + 7 * ld + LANES, &c7b, 64);                \
+        if (!full)                                                                             \
+          for (int64_t r = 0; r < rows; r++)                                                   \
+            for (int64_t j = 0; j < nb; j++) c[r * ldc + j] = tile[r * NR + j];                \
+      }                                                                                        \
+    }                                                                                          \
+  }                                                                                            \
+}
+GC_DEFINE_GEMM(float, f32, 16)
+GC_DEFINE_GEMM(double, f64, 8)
+
 #endif  /* GRADC_PRELUDE_H */
