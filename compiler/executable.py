@@ -8,7 +8,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from gradc.backends.target import Runner
-from gradc.errors import InputError, ResourceError
+from gradc.errors import GradcError, InputError, ResourceError
 from gradc.ir.core import Graph, Value, parameters_as_inputs
 from gradc.ir.printer import fmt_name, fmt_type
 from gradc.ir.types import MAX_BYTES, byte_size, fmt_bytes
@@ -162,6 +162,23 @@ class Executable:
                                 f"target {self.target!r} (its largest value "
                                 f"{fmt_name(v.name)}: {fmt_type(v.type)} needs "
                                 f"{fmt_bytes(nbytes)})") from None
+
+    @property
+    def arena_bytes(self) -> int | None:
+        """Bytes of the C target's planned arena of intermediate values (allocated once and
+        reused by every call); None for other targets or when a shape is symbolic."""
+        return getattr(self._runner, "arena_bytes", None)
+
+    def profile(self, reset: bool = False) -> list[dict]:
+        """Time per kernel of a C executable compiled with ``profile=True``, slowest first:
+        dicts of ``kernel`` (its function), ``what`` (op or fused group, result type),
+        ``calls`` and ``seconds`` since it was compiled (or last reset). ``reset`` zeroes the
+        counters after reading them."""
+        if not getattr(self._runner, "profiled", False):
+            raise GradcError(f"profile: expected an executable of target 'c' compiled with "
+                             f"profile=True, got target {self.target!r}"
+                             + (" without it" if self.target == "c" else ""))
+        return self._runner.profile(reset)  # type: ignore[attr-defined]
 
     def __repr__(self) -> str:
         return f"<Executable {self.graph.name} target={self.target}>"

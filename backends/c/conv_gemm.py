@@ -35,7 +35,6 @@ from gradc.backends.c.ctypes_map import CType
 from gradc.backends.c.kernel import Kernel
 from gradc.backends.c.writer import CWriter
 
-MR = 8  # GC_MR of the prelude: rows of a packed panel of A
 CHUNK = 1 << 18  # target elements of the im2col buffer
 MIN_ROWS = 4  # groups with fewer output rows use the direct loops
 
@@ -170,7 +169,6 @@ def emit_convolution(k: Kernel, t: CType, fwd: bool, flip: bool, g: int,
     kplane = math.prod(ks)
     kg = cig * kplane
     iplane, oplane = math.prod(xs), math.prod(ys)
-    mp = (cog + MR - 1) // MR * MR  # rows of a group's packed filter
     batch = k.dims.expr(x.type.shape[0])
     L = ys[-1]
     rows = f"((int64_t){batch} * {oplane // L})"
@@ -178,28 +176,23 @@ def emit_convolution(k: Kernel, t: CType, fwd: bool, flip: bool, g: int,
     cw.line(f"const int64_t RT = {rows}, R = {_rows_per_chunk(ci * kplane, L, 'RT')}, "
             f"NCMAX = R * {L};")
     alloc(cw, [("col", t.store, f"{ci * kplane} * NCMAX"), ("ct", t.store, f"{cog} * NCMAX"),
-               ("ap", t.store, f"{g * mp * kg}")])
+               ("ao", "int64_t", f"{kg}")])
+    # A[o, kk] = w[group base + o * am + ao[kk]]: kk = (channel, tap), taps in the reference's
+    # order (row-major forward, reversed backward), each at its filter element (flipped in
+    # mode convolution)
+    with cw.block(f"for (int64_t kk = 0; kk < {kg}; kk++)"):
+        cw.line(f"const int64_t cl = kk / {kplane}, tn = kk % {kplane};")
+        if fwd:
+            tap = f"{kplane - 1} - tn" if flip else "tn"
+            cw.line(f"ao[kk] = cl * {kplane} + {tap};")
+        else:
+            tap = "tn" if flip else f"{kplane - 1} - tn"
+            cw.line(f"ao[kk] = cl * {cog * kplane} + {tap};")
+    am, gstride = (kg, cog * kg) if fwd else (kplane, cig * cog * kplane)
     sfx = suffix(t)
     work = f"(double)RT * {L} * {co * kg}"
     cw.line(f"#pragma omp parallel num_threads(nt) if({work} > GC_PAR_MIN)")
     with cw.block():
-        # the packed filter: group, panel of MR rows, kk, row in panel
-        cw.line("#pragma omp for schedule(static)")
-        with cw.block(f"for (int64_t gr = 0; gr < {g * mp}; gr++)"):
-            cw.line(f"const int64_t grp = gr / {mp}, o = gr % {mp};",
-                    f"{t.store} *a = ap + grp * {mp * kg} + (o / {MR}) * {kg * MR} + o % {MR};")
-            with cw.block(f"if (o >= {cog})"):
-                cw.line(f"for (int64_t kk = 0; kk < {kg}; kk++) a[kk * {MR}] = 0;", "continue;")
-            with cw.block(f"for (int64_t kk = 0; kk < {kg}; kk++)"):
-                cw.line(f"const int64_t cl = kk / {kplane}, tn = kk % {kplane};")
-                if fwd:
-                    tap = f"{kplane - 1} - tn" if flip else "tn"
-                    cw.line(f"a[kk * {MR}] = {wp}[((grp * {cog} + o) * {cig} + cl) * {kplane} + "
-                            f"{tap}];")
-                else:  # taps reversed: tn-th is row-major tap kplane-1-tn
-                    tap = "tn" if flip else f"{kplane - 1} - tn"
-                    cw.line(f"a[kk * {MR}] = {wp}[((grp * {cig} + cl) * {cog} + o) * {kplane} + "
-                            f"{tap}];")
         with cw.block("for (int64_t r0 = 0; r0 < RT; r0 += R)"):
             cw.line("const int64_t R_ = RT - r0 < R ? RT - r0 : R;",
                     f"const int64_t nc = R_ * {L};")
@@ -211,7 +204,7 @@ def emit_convolution(k: Kernel, t: CType, fwd: bool, flip: bool, g: int,
                 else:
                     im2col(cw, t, xp, ci, iplane, xs, ys, axes, ks, tap_of, scatter=True)
                 with cw.block(f"for (int64_t grp = 0; grp < {g}; grp++)"):
-                    cw.line(f"gc_gemm_{sfx}({cog}, nc, {kg}, ap + grp * {mp * kg}, "
+                    cw.line(f"gc_gemm_{sfx}({cog}, nc, {kg}, {wp} + grp * {gstride}, {am}, ao, "
                             f"col + grp * {kg} * nc, nc, 1, ct, nc, 1);")
                     cw.line("#pragma omp for schedule(static)")
                     with cw.block(f"for (int64_t orow = 0; orow < {cog} * R; orow++)"):
@@ -226,7 +219,7 @@ def emit_convolution(k: Kernel, t: CType, fwd: bool, flip: bool, g: int,
                                     f"for (int64_t q = 0; q < {L}; q++) dst[q] = src[q] + b;")
                         else:
                             cw.line(f"memcpy(dst, src, {L} * sizeof(*dst));")
-    cw.line("free(col);", "free(ct);", "free(ap);")
+    cw.line("free(col);", "free(ct);", "free(ao);")
 
 
 def emit_filter_grad(k: Kernel, t: CType, flip: bool, g: int, it_ptr: str, ot_ptr: str,
@@ -240,7 +233,6 @@ def emit_filter_grad(k: Kernel, t: CType, flip: bool, g: int, it_ptr: str, ot_pt
     ms, ns, ks = dims
     kplane = math.prod(ks)
     ca = c_it // g  # rows (f0) per group
-    mp = (ca + MR - 1) // MR * MR
     mplane, nplane = math.prod(ms), math.prod(ns)
     ncol = f1n * kplane  # columns of a group's dW
     batch = k.dims.expr(x.type.shape[0])
@@ -249,8 +241,7 @@ def emit_filter_grad(k: Kernel, t: CType, flip: bool, g: int, it_ptr: str, ot_pt
     cw = k.code
     cw.line(f"const int64_t RT = {rows}, R = {_rows_per_chunk(c_ot * kplane, L, 'RT')}, "
             f"NCMAX = R * {L};")
-    alloc(cw, [("col", t.store, f"{c_ot * kplane} * NCMAX"),
-               ("ap", t.store, f"{g * mp} * NCMAX")])
+    alloc(cw, [("col", t.store, f"{c_ot * kplane} * NCMAX"), ("ao", "int64_t", "NCMAX")])
     sfx = suffix(t)
     work = f"(double)RT * {L} * {c_it * ncol}"
     cw.line(f"#pragma omp parallel num_threads(nt) if({work} > GC_PAR_MIN)")
@@ -263,22 +254,16 @@ def emit_filter_grad(k: Kernel, t: CType, flip: bool, g: int, it_ptr: str, ot_pt
                 # dW's column (f1, tn) holds filter element tn: tap tn, or its flip
                 im2col(cw, t, ot_ptr, c_ot, nplane, ms, ns, axes, ks,
                        f"{kplane - 1} - tn" if flip else "tn", scatter=False)
-                # it, packed as A: group, panel of MR rows (f0), column j, row in panel
+                # A[f0, j] = it[group base + f0 * mplane + ao[j]]: column j of the chunk is
+                # (image, position) of the iterated tensor
                 cw.line("#pragma omp for schedule(static)")
-                with cw.block(f"for (int64_t gr = 0; gr < {g * mp}; gr++)"):
-                    cw.line(f"const int64_t grp = gr / {mp}, o = gr % {mp};",
-                            f"{t.store} *a = ap + grp * {mp} * nc + (o / {MR}) * nc * {MR} + "
-                            f"o % {MR};")
-                    with cw.block(f"if (o >= {ca})"):
-                        cw.line(f"for (int64_t j = 0; j < nc; j++) a[j * {MR}] = 0;", "continue;")
-                    with cw.block("for (int64_t rr = 0; rr < R; rr++)"):
-                        cw.line("const int64_t r = r0 + rr;",
-                                f"const {t.store} *s = {it_ptr} + (r / {mplane // L} * {c_it} + "
-                                f"grp * {ca} + o) * {mplane} + r % {mplane // L} * {L};",
-                                f"{t.store} *d = a + rr * {L * MR};",
-                                f"for (int64_t q = 0; q < {L}; q++) d[q * {MR}] = s[q];")
+                with cw.block("for (int64_t j = 0; j < nc; j++)"):
+                    cw.line(f"const int64_t r = r0 + j / {L};",
+                            f"ao[j] = r / {mplane // L} * {c_it * mplane} + r % {mplane // L} * "
+                            f"{L} + j % {L};")
                 with cw.block(f"for (int64_t grp = 0; grp < {g}; grp++)"):
-                    cw.line(f"gc_gemm_{sfx}({ca}, {ncol}, nc, ap + grp * {mp} * nc, "
+                    cw.line(f"gc_gemm_{sfx}({ca}, {ncol}, nc, {it_ptr} + grp * {ca * mplane}, "
+                            f"{mplane}, ao, "
                             f"col + grp * {ncol} * nc, 1, nc, {wp} + grp * {ca * ncol}, {ncol}, "
                             "r0 == 0);")
-    cw.line("free(col);", "free(ap);")
+    cw.line("free(col);", "free(ao);")

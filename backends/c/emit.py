@@ -11,6 +11,7 @@ source: values are numbered, and the only comments name registry op names.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
@@ -71,6 +72,9 @@ class Program:
     inputs: list[Value]
     outputs: list[Value]
     in_place: dict[int, int] = field(default_factory=dict)  # output index -> input index
+    arena_bytes: int | None = None  # the planned arena of intermediates (None: malloc per value)
+    kernels: list[str] = field(default_factory=list)  # a label per kernel (profile order)
+    profile: bool = False  # kernels are timed (gradc_profile)
 
 
 def check_supported(graph: Graph) -> None:
@@ -141,7 +145,7 @@ def _symbols(graph: Graph, nodes: list[Node]) -> list[str]:
 
 
 def generate(graph: Graph, shapes: Mapping[str, int] | None = None,
-             in_place: Mapping[str, str] | None = None) -> Program:
+             in_place: Mapping[str, str] | None = None, profile: bool = False) -> Program:
     """The C program of a verified graph (UnsupportedError before any text is produced);
     parameters are arguments like inputs (the Executable feeds their values).
 
@@ -155,7 +159,7 @@ def generate(graph: Graph, shapes: Mapping[str, int] | None = None,
     symbols = _symbols(graph, plan.nodes)
     plan.dims = Dims(symbols, dict(shapes or {}))
     granted = _plan_in_place(graph, plan, in_place or {})
-    return _Builder(graph, plan, symbols, granted).build()
+    return _Builder(graph, plan, symbols, granted, profile).build()
 
 
 def _plan_in_place(graph: Graph, plan: _Plan, wanted: Mapping[str, str]) -> dict[int, int]:
@@ -247,8 +251,11 @@ class _Builder:
     """Assigns buffers and writes the kernels and the entry function."""
 
     def __init__(self, graph: Graph, plan: _Plan, symbols: list[str],
-                 in_place: dict[int, int] | None = None) -> None:
+                 in_place: dict[int, int] | None = None, profile: bool = False) -> None:
         self.graph = graph
+        self.profile = profile
+        self.labels: list[str] = []
+        self.arena_bytes: int | None = None
         self.in_place = in_place or {}
         self.plan = plan
         self.dims = plan.dims
@@ -282,7 +289,7 @@ class _Builder:
         w.blank()
         self._entry(w, steps)
         return Program(w.text() + "\n", self.symbols, list(g.inputs), list(g.outputs),
-                       dict(self.in_place))
+                       dict(self.in_place), self.arena_bytes, list(self.labels), self.profile)
 
     # -- planning ------------------------------------------------------------------------
     def _steps(self, outs: set[Value]) -> list[tuple[Node, str | None]]:
@@ -363,6 +370,7 @@ class _Builder:
             w.nest(k.code)
             w.line("return 0;")
         self.kernels.append(w)
+        self.labels.append(kernel_label(n))
         args = []
         for b, v, is_out in order:
             ty = k.types.get(params[b], ctype(v.type.dtype).store)
@@ -371,7 +379,8 @@ class _Builder:
 
     # -- entry -------------------------------------------------------------------------------
     def _entry(self, w: CWriter, steps: list[tuple[Node, str | None]]) -> None:
-        """Write ``gradc_entry``: buffers allocated before their first use, freed after the last."""
+        """Write ``gradc_entry_arena`` and ``gradc_entry`` (see ``_arena`` for the buffers)."""
+        first: dict[str, int] = {}
         last: dict[str, int] = {}
         for i, (n, _) in enumerate(steps):
             for v in n.inputs:
@@ -381,32 +390,62 @@ class _Builder:
             for v in n.outputs:
                 b = self.buf.get(v, "")
                 if b in self.owned:
+                    first.setdefault(b, i)
                     last[b] = max(last.get(b, i), i)
+        sizes = {b: self._bytes(v) for b, v in self.owned.items()}
+        offsets = None
+        if all(isinstance(z, int) for z in sizes.values()):
+            offsets, total = plan_arena({b: (first.get(b, 0), last.get(b, 0), int(z))
+                                         for b, z in sizes.items()})
+            self.arena_bytes = total
+        nk = len(self.kernels)
+        if self.profile:
+            w.line(f"static double gc_prof[{2 * max(nk, 1)}];",
+                   "GC_INLINE double gc_now(void) {",
+                   "  struct timespec ts; timespec_get(&ts, TIME_UTC);",
+                   "  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;", "}")
+            with w.block("int gradc_profile(double *out, int reset)"):
+                w.line(f"for (int i = 0; i < {2 * nk}; i++) {{ if (out) out[i] = gc_prof[i]; "
+                       "if (reset) gc_prof[i] = 0; }", f"return {nk};")
+            w.blank()
         parts = [range(i, min(i + STEPS_PER_PART, len(steps)))
                  for i in range(0, len(steps), STEPS_PER_PART)]
         for p, part in enumerate(parts):
             head = f"GC_NOINLINE static int gc_part{p}(const int64_t *S, void *const *A, int nt, "
-            with w.block(head + "void **B)"):
-                w.line("int rc = 0;", "(void)S; (void)A; (void)nt; (void)B;")
+            with w.block(head + "void **B, char *arena)"):
+                w.line("int rc = 0;", "(void)S; (void)A; (void)nt; (void)B; (void)arena;")
                 for i in part:
                     n, call = steps[i]
                     for v in n.outputs:
                         b = self.buf.get(v, "")
                         if b in self.owned and self.owned[b] is v:
-                            size = (f"(size_t){self.dims.prod(v.type.shape)} * "
-                                    f"{v.type.dtype.numpy.itemsize}")
-                            w.line(f"{_slot(b)} = gc_alloc({size});",
-                                   f"if (!{_slot(b)}) return 1;")
+                            if offsets is not None:
+                                w.line(f"{_slot(b)} = arena + {offsets[b]};")
+                            else:
+                                w.line(f"{_slot(b)} = gc_alloc((size_t){sizes[b]});",
+                                       f"if (!{_slot(b)}) return 1;")
                     if call is not None:
-                        w.line(_BUFFER.sub(lambda m: _slot(m.group(0)), call))
+                        text = _BUFFER.sub(lambda m: _slot(m.group(0)), call)
+                        if self.profile and call.startswith("rc = k"):
+                            kid = int(call[len("rc = k"):call.index("(")])
+                            w.line("{ const double t0 = gc_now(); " + text,
+                                   f"  gc_prof[{2 * kid}] += gc_now() - t0; "
+                                   f"gc_prof[{2 * kid + 1}] += 1; }}")
+                        else:
+                            w.line(text)
                         if call.startswith("rc ="):
                             w.line("if (rc) return rc;")
-                    w.line(*(f"free({_slot(b)}); {_slot(b)} = NULL;"
-                             for b, j in last.items() if j == i))
+                    if offsets is None:
+                        w.line(*(f"free({_slot(b)}); {_slot(b)} = NULL;"
+                                 for b, j in last.items() if j == i))
                 w.line("return rc;")
             w.blank()
         nbuf = len(self.owned)
-        with w.block("int gradc_entry(const int64_t *S, void *const *A, int nt)"):
+        arena = self.arena_bytes or 0
+        with w.block("int64_t gradc_arena_bytes(void)"):
+            w.line(f"return {arena};")
+        with w.block("int gradc_entry_arena(const int64_t *S, void *const *A, int nt, "
+                     "void *arena)"):
             w.line("int rc = 0;")
             with w.conditional("#ifdef _OPENMP"):
                 w.line("if (nt <= 0) nt = omp_get_max_threads();")
@@ -415,9 +454,83 @@ class _Builder:
             w.line(f"void **B = (void **)calloc({max(nbuf, 1)}, sizeof(void *));",
                    "if (!B) return 1;")
             for p in range(len(parts)):
-                w.line(f"rc = gc_part{p}(S, A, nt, B);", "if (rc) goto done;")
+                w.line(f"rc = gc_part{p}(S, A, nt, B, (char *)arena);", "if (rc) goto done;")
             w.label("done")
-            w.line(f"for (int64_t i = 0; i < {nbuf}; i++) free(B[i]);", "free(B);", "return rc;")
+            if offsets is None:
+                w.line(f"for (int64_t i = 0; i < {nbuf}; i++) free(B[i]);")
+            w.line("free(B);", "return rc;")
+        with w.block("int gradc_entry(const int64_t *S, void *const *A, int nt)"):
+            if arena:
+                w.line(f"void *arena = gc_alloc({arena});", "if (!arena) return 1;",
+                       "const int rc = gradc_entry_arena(S, A, nt, arena);", "free(arena);",
+                       "return rc;")
+            else:
+                w.line("return gradc_entry_arena(S, A, nt, NULL);")
+
+    def _bytes(self, v: Value) -> int | str:
+        """The bytes of ``v``'s buffer: an int when its shape is static, else a C expression."""
+        width = v.type.dtype.numpy.itemsize
+        if all(self.dims.static(d) is not None for d in v.type.shape):
+            return math.prod(int(self.dims.static(d)) for d in v.type.shape) * width
+        return f"{self.dims.prod(v.type.shape)} * {width}"
+
+
+def kernel_label(n: Node) -> str:
+    """What a kernel computes, for profiles: its op (a fused group's kind and ops) and the dtype
+    and shape of its first result. Registry op names only: no user name."""
+    v = n.outputs[0]
+    shape = "x".join(str(d) for d in v.type.shape)
+    what = n.op
+    if n.body is not None:
+        names = list(dict.fromkeys(m.op for m in n.body.nodes if m.op != "constant"))
+        more = f", +{len(names) - 6}" if len(names) > 6 else ""
+        what = f"fused {n.attrs['kind']} ({', '.join(names[:6])}{more})"
+    anchor = n if n.body is None else next(
+        (m for m in n.body.nodes if m.op.startswith("convolution")), n)
+    if anchor.op.startswith("convolution"):  # which way, and the filter's spatial size
+        a = anchor.attrs
+        taps = "x".join(str(d) for d in (anchor.inputs[1].type.shape[2:]
+                                          if anchor.op == "convolution"
+                                          else a["output_sizes"][2:]))
+        what += (f" [{a['direction']} {taps} stride {'x'.join(map(str, a['strides']))}"
+                 f"{' groups ' + str(a['group_count']) if a['group_count'] > 1 else ''}]")
+    return f"{what} -> {v.type.dtype.name}[{shape}]"
+
+
+ALIGN = 64  # bytes: every buffer of the arena starts on a cache line
+
+
+def plan_arena(lives: Mapping[str, tuple[int, int, int]]) -> tuple[dict[str, int], int]:
+    """Offsets of buffers in one arena, from their lifetimes: (first step, last step, bytes).
+
+    Two buffers whose step ranges overlap never overlap in memory. Greedy by size (largest
+    first), each at the lowest offset that is free during its whole life: near the peak of live
+    bytes for the nets of a training step (the benchmark prints both). Returns (offsets, total).
+    """
+    order = sorted(lives, key=lambda b: (-lives[b][2], lives[b][0], b))
+    n = len(order)
+    f = np.empty(n, np.int64)
+    la = np.empty(n, np.int64)
+    lo = np.empty(n, np.int64)
+    hi = np.empty(n, np.int64)
+    offsets: dict[str, int] = {}
+    total = 0
+    for k, b in enumerate(order):
+        s, e, size = lives[b]
+        size = max(ALIGN, -(-size // ALIGN) * ALIGN)
+        live = (f[:k] <= e) & (la[:k] >= s)
+        off = 0
+        if live.any():
+            idx = np.argsort(lo[:k][live], kind="stable")
+            starts, ends = lo[:k][live][idx], hi[:k][live][idx]
+            for a, z in zip(starts.tolist(), ends.tolist()):
+                if a - off >= size:
+                    break
+                off = max(off, z)
+        f[k], la[k], lo[k], hi[k] = s, e, off, off + size
+        offsets[b] = off
+        total = max(total, off + size)
+    return offsets, total
 
 
 # The entry's steps (allocate, call a kernel, free) are written in functions of this many steps:

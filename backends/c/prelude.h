@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
+#include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -216,22 +217,22 @@ static inline void gc_axis_taps(int64_t nc, int64_t n, float scale, float ipo, f
     }
 }
 
-/* Packed matrix multiply for the convolution kernels (backends/c/conv.py): the BLIS loop nest
+/* Matrix multiply for the convolution kernels (backends/c/conv_gemm.py): the BLIS loop nest
  * around a register-blocked micro-kernel, in the reference's summation order.
  *
  *   C[m, n] = C0[m, n] + sum over k ascending of A[m, k] * B[k, n]
  *
  * where C0 is +0 (zero_c) or C's value on entry; each product and each addition is rounded
  * separately (-ffp-contract=off: no FMA), so every element is the sequential sum the reference
- * computes. A is packed by the caller in panels of GC_MR rows (rows past M zero):
- * A[m, k] = ap[((m / GC_MR) * K + k) * GC_MR + m % GC_MR]. B's element (k, n) is at
- * B[k * bk + n * bn]. C is row-major with row stride ldc.
+ * computes. A is read where it lies, without packing: A[m, k] = A[m * am + aoff[k]] (a filter
+ * in any of the layouts a convolution reads it, or a cotangent across images), so a call costs
+ * no pass over A. B's element (k, n) is at B[k * bk + n * bn]. C is row-major, row stride ldc.
  *
  * A job is (panel of NR = 2 vectors of columns, chunk of GC_MC rows); the jobs are shared by
  * an orphaned `omp for` among the threads of the enclosing parallel region (serially outside
  * one), with the barrier at its end. Per job, k runs in blocks of GC_KC: the block of B is
- * packed (widened nothing: T is the accumulation type) into an aligned KC x NR panel with zeros
- * past N, and each GC_MR x NR tile of the chunk stays in vector registers over the block. */
+ * packed into an aligned KC x NR panel with zeros past N, and each GC_MR x NR tile of the chunk
+ * stays in vector registers over the block (rows past M repeat the last row and are dropped). */
 #define GC_MR 8
 #ifndef GC_MC
 #define GC_MC 256
@@ -239,11 +240,15 @@ static inline void gc_axis_taps(int64_t nc, int64_t n, float scale, float ipo, f
 #ifndef GC_KC
 #define GC_KC 256
 #endif
+#define GC_ROW(T, R) const T *a##R = A + (m0 + i + (R < rows ? R : rows - 1)) * am;
+#define GC_STEP(T, SUF, R) { const T x = a##R[o]; gc_v##SUF p = b0 * x; c##R##a = c##R##a + p;          \
+                     p = b1 * x; c##R##b = c##R##b + p; }
 #define GC_DEFINE_GEMM(T, SUF, LANES)                                                           \
 typedef T gc_v##SUF __attribute__((vector_size(64)));                                          \
 static inline __attribute__((unused)) void gc_gemm_##SUF(                                      \
-    int64_t M, int64_t N, int64_t K, const T *restrict ap, const T *restrict B, int64_t bk,    \
-    int64_t bn, T *restrict C, int64_t ldc, int zero_c) {                                      \
+    int64_t M, int64_t N, int64_t K, const T *restrict A, int64_t am,                          \
+    const int64_t *restrict aoff, const T *restrict B, int64_t bk, int64_t bn,                 \
+    T *restrict C, int64_t ldc, int zero_c) {                                                  \
   enum { NR = 2 * LANES };                                                                     \
   const int64_t NP = (N + NR - 1) / NR, NMC = (M + GC_MC - 1) / GC_MC, J = NP * NMC;           \
   _Pragma("omp for schedule(static)")                                                          \
@@ -270,11 +275,13 @@ static inline __attribute__((unused)) void gc_gemm_##SUF(                       
           for (int64_t j = nb; j < NR; j++) bp[kk * NR + j] = 0;                               \
       }                                                                                        \
       const int fresh = zero_c && k0 == 0;                                                     \
+      const int64_t *ko = aoff + k0;                                                           \
       for (int64_t i = 0; i < mb; i += GC_MR) {                                                \
         const int64_t rows = mb - i < GC_MR ? mb - i : GC_MR;                                  \
         const int full = rows == GC_MR && nb == NR;                                            \
         T *c = C + (m0 + i) * ldc + n0;                                                        \
-        const T *a = ap + ((m0 + i) / GC_MR * K + k0) * GC_MR;                                 \
+        GC_ROW(T, 0) GC_ROW(T, 1) GC_ROW(T, 2) GC_ROW(T, 3)                                    \
+        GC_ROW(T, 4) GC_ROW(T, 5) GC_ROW(T, 6) GC_ROW(T, 7)                                    \
         T *src = full ? c : tile;                                                              \
         const int64_t ld = full ? ldc : NR;                                                    \
         if (!full) {                                                                           \
@@ -300,16 +307,9 @@ static inline __attribute__((unused)) void gc_gemm_##SUF(                       
         for (int64_t kk = 0; kk < kb; kk++) {                                                  \
           const gc_v##SUF b0 = *(const gc_v##SUF *)(bp + kk * NR);                             \
           const gc_v##SUF b1 = *(const gc_v##SUF *)(bp + kk * NR + LANES);                     \
-          const T *ak = a + kk * GC_MR;                                                        \
-          gc_v##SUF p;                                                                         \
-          p = b0 * ak[0]; c0a = c0a + p; p = b1 * ak[0]; c0b = c0b + p;                        \
-          p = b0 * ak[1]; c1a = c1a + p; p = b1 * ak[1]; c1b = c1b + p;                        \
-          p = b0 * ak[2]; c2a = c2a + p; p = b1 * ak[2]; c2b = c2b + p;                        \
-          p = b0 * ak[3]; c3a = c3a + p; p = b1 * ak[3]; c3b = c3b + p;                        \
-          p = b0 * ak[4]; c4a = c4a + p; p = b1 * ak[4]; c4b = c4b + p;                        \
-          p = b0 * ak[5]; c5a = c5a + p; p = b1 * ak[5]; c5b = c5b + p;                        \
-          p = b0 * ak[6]; c6a = c6a + p; p = b1 * ak[6]; c6b = c6b + p;                        \
-          p = b0 * ak[7]; c7a = c7a + p; p = b1 * ak[7]; c7b = c7b + p;                        \
+          const int64_t o = ko[kk];                                                            \
+          GC_STEP(T, SUF, 0) GC_STEP(T, SUF, 1) GC_STEP(T, SUF, 2) GC_STEP(T, SUF, 3)          \
+          GC_STEP(T, SUF, 4) GC_STEP(T, SUF, 5) GC_STEP(T, SUF, 6) GC_STEP(T, SUF, 7)          \
         }                                                                                      \
         T *dst = full ? c : tile;                                                              \
         memcpy(dst + 0 * ld, &c0a, 64); memcpy(dst + 0 * ld + LANES, &c0b, 64);                \

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import threading
 from pathlib import Path
 from typing import Mapping
 
@@ -22,7 +23,8 @@ class CRunner:
 
     def __init__(self, lib_path: Path, symbols: list[str], inputs: list[Value],
                  outputs: list[Value], threads: int | None,
-                 in_place: dict[int, int] | None = None) -> None:
+                 in_place: dict[int, int] | None = None, arena_bytes: int | None = None,
+                 labels: list[str] | None = None, profile: bool = False) -> None:
         try:
             self.lib = ctypes.CDLL(str(lib_path))
         except OSError as e:
@@ -31,6 +33,17 @@ class CRunner:
         self.fn = self.lib.gradc_entry
         self.fn.restype = ctypes.c_int
         self.fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+        self.fn_arena = self.lib.gradc_entry_arena
+        self.fn_arena.restype = ctypes.c_int
+        self.fn_arena.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+        # The planned arena of intermediate values (static shapes): allocated on the first call
+        # and reused by every later one, so a call allocates no memory for them. A call made
+        # while another is running (threads) takes gradc_entry, which allocates its own.
+        self.arena_bytes = arena_bytes
+        self._arena: np.ndarray | None = None
+        self._arena_lock = threading.Lock()
+        self.labels = list(labels or [])
+        self.profiled = profile
         self.symbols = symbols
         self.inputs = inputs
         self.outputs = outputs
@@ -54,12 +67,31 @@ class CRunner:
                 for j, v in enumerate(self.outputs)]
         ptrs = (ctypes.c_void_p * max(1, len(ins) + len(outs)))(
             *[a.ctypes.data for a in ins + outs])
-        rc = self.fn(sym.ctypes.data, ptrs, self.threads)
+        if self.arena_bytes and self._arena_lock.acquire(blocking=False):
+            try:
+                if self._arena is None:
+                    self._arena = _aligned_empty((self.arena_bytes,), np.dtype(np.uint8))
+                rc = self.fn_arena(sym.ctypes.data, ptrs, self.threads, self._arena.ctypes.data)
+            finally:
+                self._arena_lock.release()
+        else:
+            rc = self.fn(sym.ctypes.data, ptrs, self.threads)
         if rc != 0:
             # A kernel's scratch allocation failed: the Executable reports it as a ResourceError
             # naming the graph's largest value and its bytes.
             raise MemoryError("c target: a kernel could not allocate its scratch memory")
         return {v.name: a for v, a in zip(self.outputs, outs)}
+
+
+    def profile(self, reset: bool = False) -> list[dict]:
+        """Time per kernel since the library was loaded (or last reset), slowest first."""
+        n = len(self.labels)
+        buf = (ctypes.c_double * max(1, 2 * n))()
+        self.lib.gradc_profile.restype = ctypes.c_int
+        self.lib.gradc_profile(buf, ctypes.c_int(1 if reset else 0))
+        rows = [{"kernel": f"k{i}", "what": self.labels[i], "calls": int(buf[2 * i + 1]),
+                 "seconds": float(buf[2 * i])} for i in range(n)]
+        return sorted(rows, key=lambda r: -r["seconds"])
 
 
 def _aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

@@ -7,6 +7,8 @@
 - ``cache_dir``: where libraries are cached (default ``$XDG_CACHE_HOME/gradc`` or
   ``~/.cache/gradc``).
 - ``openmp``: set False to compile without OpenMP even where the compiler supports it.
+- ``profile``: time every kernel call (``Executable.profile()`` lists kernels slowest first:
+  label, calls, seconds); off by default, the timers cost a clock read per kernel call.
 - ``update_in_place``: a mapping of output names to input or parameter names: each such output
   is written into the array passed for that input, which a call then overwrites and returns as
   the output (a training step updates its parameters and optimizer state this way, without a
@@ -14,15 +16,19 @@
   ``Executable.in_place`` lists the pairs granted, the others get fresh arrays as usual.
 
 Layout of the program (``emit``): one static function per node or fused group, one entry
-function. Fused groups never get intermediate buffers: an elementwise group is one loop; an
-anchored group evaluates its prologue per gradient element, and its epilogue when it writes the
-result -- max_pooling_grad and resample_grad accumulate each (n, c) plane in a small per-thread
-buffer (cache resident) and apply the epilogue while writing the plane out (2x2 stride-2 windows
-that tile a float32 plane are written directly, two windows per SSE2 step; other 2-D windows
-take a separable row/column argmax); slice_grad writes every element once. Kernels that move
-16 MiB or more write with streaming stores (x86-64; see ``prelude.h``). Index arithmetic is
-int64 (in-plane pooling indices are int32 when a plane has fewer than 2^31 elements). Outputs
-are allocated 64-byte aligned.
+function. Intermediate values of static shape share one arena (``emit.plan_arena``: offsets from
+their lifetimes, planned at compile time): the runner allocates it once and reuses it on every
+call, so a call allocates nothing for them (``Executable.arena_bytes``: its size). Values of
+symbolic shape are allocated per call and freed after their last use. Fused groups never get
+intermediate buffers: an elementwise group is one loop; an anchored group evaluates its prologue
+per gradient element, and its epilogue when it writes the result -- max_pooling_grad and
+resample_grad accumulate each (n, c) plane in a small per-thread buffer (cache resident) and
+apply the epilogue while writing the plane out (2x2 stride-2 windows that tile a float32 plane
+are written directly, two windows per SSE2 step; other 2-D windows take a separable row/column
+argmax); slice_grad writes every element once. Kernels that move 16 MiB or more write with
+streaming stores (x86-64; see ``prelude.h``). Index arithmetic is int64 (in-plane pooling
+indices are int32 when a plane has fewer than 2^31 elements). Outputs are allocated 64-byte
+aligned.
 
 Numerics (SPEC.md §1.6): float16 is widened exactly, computed in float32 and rounded once on
 store; copies and selections move bit patterns; summing ops (max_pooling_grad, resample,
@@ -72,13 +78,14 @@ class CTarget:
 
     def lower(self, graph: Graph, shapes: Mapping[str, int], cc: str | None = None,
               threads: int | None = None, cache_dir: str | None = None, openmp: bool = True,
-              update_in_place: Mapping[str, str] | None = None, **options: Any) -> Lowered:
+              update_in_place: Mapping[str, str] | None = None, profile: bool = False,
+              **options: Any) -> Lowered:
         """Generate, compile (or reuse) and load the C program of a verified graph."""
         unknown = sorted(options)
         if unknown:
             name = unknown[0]
             raise GradcError(f"c target: {name}: expected one of cc, threads, cache_dir, "
-                             f"openmp, update_in_place, got an unknown option "
+                             f"openmp, update_in_place, profile, got an unknown option "
                              f"{name}={options[name]!r}")
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
                                     or not 1 <= threads <= MAX_THREADS):
@@ -88,8 +95,10 @@ class CTarget:
             if v is not None and not isinstance(v, (str, os.PathLike)):
                 raise GradcError(f"c target: {name}: expected a string or None, got "
                                  f"{type(v).__name__}")
-        if not isinstance(openmp, bool):
-            raise GradcError(f"c target: openmp: expected a bool, got {type(openmp).__name__}")
+        for name, flag in (("openmp", openmp), ("profile", profile)):
+            if not isinstance(flag, bool):
+                raise GradcError(f"c target: {name}: expected a bool, got "
+                                 f"{type(flag).__name__}")
         cc = str(cc) if cc is not None else os.environ.get("CC", "cc")
         cache_dir = str(cache_dir) if cache_dir is not None else default_cache_dir()
         if update_in_place is not None and (
@@ -98,11 +107,11 @@ class CTarget:
                            for k, v in update_in_place.items())):
             raise GradcError("c target: update_in_place: expected a mapping of output names to "
                              f"input names, got {update_in_place!r}")
-        program = generate(graph, shapes, update_in_place)
+        program = generate(graph, shapes, update_in_place, profile)
         lib = compile_library(program.source, cc, cache_dir, openmp=openmp,
                               name=graph.name)
         runner = CRunner(lib, program.symbols, program.inputs, program.outputs, threads,
-                         program.in_place)
+                         program.in_place, program.arena_bytes, program.kernels, profile)
         granted = {program.outputs[j].name: program.inputs[i].name
                    for j, i in program.in_place.items()}
         return Lowered(runner, source=program.source, contiguous=True, in_place=granted)
