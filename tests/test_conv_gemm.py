@@ -9,6 +9,8 @@ infinite (0 * inf would be NaN where the reference skips the term).
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -65,7 +67,7 @@ def _graph(x, w, b, dy, f, batch):
 def _check(g, feeds):
     from gradc.backends.c.emit import generate
     source = generate(g).source
-    assert "gc_gemm_f32(" in source or "gc_gemm_f64(" in source  # the gemm path is taken
+    assert re.search(r"gc_gemm_f(32|64)(_n)?\(", source)  # the gemm path is taken
     want = gradc.compile(g, target="reference", passes=None)(**feeds)
     got = gradc.compile(g, target="c", passes=None)(**feeds)
     for name in want:
@@ -75,9 +77,12 @@ def _check(g, feeds):
 
 @pytest.mark.parametrize("dtype", [F32, F64])
 @pytest.mark.parametrize("chunk", [conv_gemm.CHUNK, 64])
-def test_gemm_path_is_bit_identical_to_the_reference(dtype, chunk, monkeypatch):
-    """Random fields; chunk 64 splits the columns into one row of the last axis per chunk."""
+@pytest.mark.parametrize("narrow", [1, 1000])
+def test_gemm_path_is_bit_identical_to_the_reference(dtype, chunk, narrow, monkeypatch):
+    """Random fields; chunk 64 splits the columns into one row of the last axis per chunk;
+    narrow 1 runs every product as ``W @ B``, 1000 every one transposed (``B^T @ W^T``)."""
     monkeypatch.setattr(conv_gemm, "CHUNK", chunk)
+    monkeypatch.setattr(conv_gemm, "NARROW", narrow)
     rng = np.random.default_rng(7 if dtype is F32 else 8)
     for i in range(6):
         (x, w, b, dy), f = _case(rng, dtype)
@@ -85,9 +90,12 @@ def test_gemm_path_is_bit_identical_to_the_reference(dtype, chunk, monkeypatch):
         _check(_graph(x, w, b, dy, f, "N" if i % 2 else x.shape[0]), feeds)
 
 
-def test_wide_layer_with_many_panels_and_row_chunks():
+@pytest.mark.parametrize("narrow", [1, 1000])
+def test_wide_layer_with_many_panels_and_row_chunks(narrow, monkeypatch):
     """More than one packed row chunk (GC_MC = 256 rows), partial register tiles on both
-    sides, k longer than a packed block (GC_KC = 256), and long filter-gradient sums."""
+    sides, k longer than a packed block (GC_KC = 256), and long filter-gradient sums; both
+    orientations (transposed: the two-vector tile over 263 channels)."""
+    monkeypatch.setattr(conv_gemm, "NARROW", narrow)
     rng = np.random.default_rng(3)
     x = rng.standard_normal((2, 40, 9, 7)).astype(F32)
     w = rng.standard_normal((263, 40, 3, 3)).astype(F32)

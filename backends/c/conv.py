@@ -136,10 +136,10 @@ def emit_convolution(k: Kernel) -> None:
     if conv_gemm.usable(t, cog) and min(xs + ys + ks) > 0:
         conv_gemm.finite_check(k.code, t, wp, k.dims.prod(w.type.shape))
         with k.code.block("if (!nonfinite)"):
-            conv_gemm.emit_convolution(
-                k, t, fwd, a["mode"] == "convolution", g, (ci, co), (xs, ys, ks),
-                [(a["strides"][i], a["dilations"][i], a["start_padding"][i]) for i in range(nd)],
-                bias is not None)
+            emit = conv_gemm.emit_convolution if fwd else conv_gemm.emit_convolution_backward
+            emit(k, t, a["mode"] == "convolution", g, (ci, co), (xs, ys, ks),
+                 [(a["strides"][i], a["dilations"][i], a["start_padding"][i]) for i in range(nd)],
+                 bias is not None)
             k.code.line("return 0;")
     body = CWriter()
     body.line(f"const int64_t n = p / {co}, o = p % {co}, grp = o / {cog};")

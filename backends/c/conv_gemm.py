@@ -3,12 +3,15 @@
 The three kernels of conv.py, for float32 and float64, as im2col plus the prelude's BLIS-style
 gemm, in the reference's summation order (SPEC-training.md §10), so they stay bit-identical:
 
-- **convolution**, per group: ``y[o, col] = sum over kk of W[o, kk] * B[kk, col]``, where a
-  column is an output element (image, position) and ``kk = (input channel, tap)`` runs in the
-  reference's order (channels, then taps row-major forward or reversed backward). ``B`` holds the
-  input value the tap reads at that output position, or 0 where it reads padding (forward:
-  gathered, ``im2col``) or where no input position lands (backward: scattered). The bias is
-  added to the finished sum, as the reference does.
+- **convolution** (forward), per group: ``y[o, col] = sum over kk of W[o, kk] * B[kk, col]``,
+  where a column is an output element (image, position) and ``kk = (input channel, tap)`` runs
+  in the reference's order (channels, then taps row-major). ``B`` holds the input value the tap
+  reads at that output position, or 0 where it reads padding (``im2col``). The bias is added to
+  the finished sum, as the reference does.
+- **convolution** (backward, transposed), per group and per phase of the output positions
+  (position mod stride on each axis, ``_phases``): the same product over the taps that reach the
+  phase, in the reference's reversed tap order, each reading the input at unit stride; the
+  results are written to the phase's positions.
 - **convolution_filter_grad**, per group:
   ``dW[f0, (f1, tap)] = sum over (image, position) of it[f0] * other[f1 at the tap]``, the
   reduction running over images, then positions in row-major order: the reference's order.
@@ -28,6 +31,7 @@ shared), then run the gemm (jobs shared), then the epilogue. Depthwise and other
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Sequence
 
@@ -37,6 +41,8 @@ from gradc.backends.c.writer import CWriter
 
 CHUNK = 1 << 18  # target elements of the im2col buffer
 MIN_ROWS = 4  # groups with fewer output rows use the direct loops
+NARROW = 32  # fewer output channels (filter-gradient rows): the product runs transposed
+NARROW_TILE = 16  # a product this narrow takes the one-vector tile
 
 
 def usable(t: CType, rows: int) -> bool:
@@ -86,21 +92,18 @@ def _tap_range(cw: CWriter, i: int, m: int, n: int, s: int, d: int, sp: int) -> 
 
 def im2col(cw: CWriter, t: CType, src: str, chans: int, plane: int, it_dims: Sequence[int],
            ot_dims: Sequence[int], axes: Sequence[tuple[int, int, int]], ks: Sequence[int],
-           tap_of: str, scatter: bool) -> None:
+           tap_of: str) -> None:
     """Fill ``col[kr * nc + j]`` for every row ``kr = c * kplane + tn`` (of ``chans * kplane``)
     and column ``j`` of the chunk (rows ``r0 .. r0 + R`` of the column tensor's last axis).
 
-    ``tap_of`` is a C expression of ``tn`` giving the tap's row-major number. Gather (forward
-    convolution, filter gradient): columns are positions of the iterated tensor (dims
-    ``it_dims``), and the value is ``src`` (the other tensor, dims ``ot_dims``, ``chans``
-    channels) at the tap's position, 0 outside. Scatter (backward convolution): columns are
-    positions of the other tensor (the output), ``src`` is the iterated tensor (the input), and
-    each input position writes the output position its tap reaches; the rest are 0.
-    ``axes`` are (stride, dilation, start padding) per spatial axis."""
+    ``tap_of`` is a C expression of ``tn`` giving the tap's row-major number. Columns are
+    positions of the iterated tensor (dims ``it_dims``: the output of a forward convolution, or
+    the tensor a filter gradient iterates), and the value is ``src`` (the other tensor, dims
+    ``ot_dims``, ``chans`` channels) at the tap's position, 0 outside. ``axes`` are (stride,
+    dilation, start padding) per spatial axis."""
     nd = len(ks)
     kplane = math.prod(ks)
-    cols_dims = ot_dims if scatter else it_dims
-    src_dims = it_dims if scatter else ot_dims
+    cols_dims, src_dims = it_dims, ot_dims
     L = cols_dims[-1]
     rpi = math.prod(cols_dims[:-1])
     sst = [math.prod(src_dims[i + 1:]) for i in range(nd)]
@@ -110,7 +113,7 @@ def im2col(cw: CWriter, t: CType, src: str, chans: int, plane: int, it_dims: Seq
         _tap_coords(cw, ks, tap_of)
         for i, (s, d, sp) in enumerate(axes):
             _tap_range(cw, i, it_dims[i], ot_dims[i], s, d, sp)
-        cw.line(f"{t.store} *dst = col + kr * nc;")
+        cw.line(f"{t.store} *dst = col + kr * NCMAX;")
         with cw.block("for (int64_t r = r0; r < r0 + R; r++)"):
             cw.line(f"{t.store} *d = dst + (r - r0) * {L};",
                     f"const int64_t img = r / {rpi}, rem = r % {rpi};",
@@ -119,31 +122,19 @@ def im2col(cw: CWriter, t: CType, src: str, chans: int, plane: int, it_dims: Seq
             ost = [math.prod(cols_dims[i + 1:nd - 1]) for i in range(nd - 1)]
             for i in range(nd - 1):
                 cw.line(f"const int64_t p{i} = rem / {ost[i]} % {cols_dims[i]};")
-                if scatter:  # output position p: the input position whose tap reaches it
-                    cw.line(f"const int64_t u{i} = p{i} - f{i};",
-                            f"in = in && lo{i} <= hi{i} && u{i} >= 0 && u{i} % {axes[i][0]} == 0"
-                            f" && lo{i} + u{i} / {axes[i][0]} <= hi{i};",
-                            f"if (in) s += (lo{i} + u{i} / {axes[i][0]}) * {sst[i]};")
-                else:
-                    cw.line(f"in = in && p{i} >= lo{i} && p{i} <= hi{i};",
-                            f"if (in) s += (f{i} + (p{i} - lo{i}) * {axes[i][0]}) * {sst[i]};")
+                cw.line(f"in = in && p{i} >= lo{i} && p{i} <= hi{i};",
+                        f"if (in) s += (f{i} + (p{i} - lo{i}) * {axes[i][0]}) * {sst[i]};")
             j = nd - 1
             st = axes[j][0]
             with cw.block(f"if (!in || lo{j} > hi{j})"):
                 cw.line(f"for (int64_t q = 0; q < {L}; q++) d[q] = 0;", "continue;")
-            if scatter:
-                cw.line(f"for (int64_t q = 0; q < {L}; q++) d[q] = 0;",
-                        f"for (int64_t q = lo{j}; q <= hi{j}; q++) "
-                        f"d[f{j} + (q - lo{j}) * {st}] = s[q];")
+            cw.line(f"for (int64_t q = 0; q < lo{j}; q++) d[q] = 0;")
+            if st == 1:
+                cw.line(f"memcpy(d + lo{j}, s + f{j}, (size_t)(hi{j} - lo{j} + 1) * sizeof(*d));")
             else:
-                cw.line(f"for (int64_t q = 0; q < lo{j}; q++) d[q] = 0;")
-                if st == 1:
-                    cw.line(f"memcpy(d + lo{j}, s + f{j}, (size_t)(hi{j} - lo{j} + 1) * "
-                            f"sizeof(*d));")
-                else:
-                    cw.line(f"for (int64_t q = lo{j}; q <= hi{j}; q++) "
-                            f"d[q] = s[f{j} + (q - lo{j}) * {st}];")
-                cw.line(f"for (int64_t q = hi{j} + 1; q < {L}; q++) d[q] = 0;")
+                cw.line(f"for (int64_t q = lo{j}; q <= hi{j}; q++) "
+                        f"d[q] = s[f{j} + (q - lo{j}) * {st}];")
+            cw.line(f"for (int64_t q = hi{j} + 1; q < {L}; q++) d[q] = 0;")
 
 
 def alloc(cw: CWriter, bufs: Sequence[tuple[str, str, str]]) -> None:
@@ -155,10 +146,37 @@ def alloc(cw: CWriter, bufs: Sequence[tuple[str, str, str]]) -> None:
         cw.line(*(f"free({name});" for name, _, _ in bufs), "return 1;")
 
 
-def emit_convolution(k: Kernel, t: CType, fwd: bool, flip: bool, g: int,
+def gemm(cw: CWriter, t: CType, m: str, n: int | str, kdim: str, a: tuple[str, str, str],
+         b: tuple[str, str, str], c: tuple[str, str], zero: str) -> None:
+    """A call of the prelude's gemm: ``a`` = (pointer, row stride, k offsets), ``b`` =
+    (pointer, column stride, k offsets), ``c`` = (pointer, row stride). A product whose N is
+    a static 16 or fewer takes the one-vector tile."""
+    narrow = "_n" if isinstance(n, int) and n <= NARROW_TILE else ""
+    cw.line(f"gc_gemm_{suffix(t)}{narrow}({m}, {n}, {kdim}, {a[0]}, {a[1]}, {a[2]}, {b[0]}, "
+            f"{b[1]}, {b[2]}, {c[0]}, {c[1]}, {zero});")
+
+
+def _k_offsets(cw: CWriter, name: str, count: str, stride: str) -> None:
+    """``name[kk] = kk * stride``: the rows of a buffer as a gemm operand's k offsets."""
+    cw.line(f"for (int64_t kk = 0; kk < {count}; kk++) {name}[kk] = kk * {stride};")
+
+
+def _store_rows(cw: CWriter, t: CType, transposed: bool, cog: int, L: int, val_bias: str | None,
+                stride: int = 1) -> None:
+    """``dst[q * stride] = ct element (o, rr * L + q) (+ bias)`` for ``q < L``: ct is
+    ``cog x nc`` (or ``nc x cog`` when the product ran transposed)."""
+    src = f"ct[(rr * {L} + q) * {cog} + o]" if transposed else f"ct[o * nc + rr * {L} + q]"
+    val = f"{src} + {val_bias}" if val_bias else src
+    cw.line(f"for (int64_t q = 0; q < {L}; q++) dst[q * {stride}] = {val};")
+
+
+def emit_convolution(k: Kernel, t: CType, flip: bool, g: int,
                      chans: tuple[int, int], dims: tuple[list[int], list[int], list[int]],
                      axes: Sequence[tuple[int, int, int]], has_bias: bool) -> None:
-    """The gemm path of ``convolution`` (the caller has checked ``nonfinite == 0``)."""
+    """The gemm path of a forward ``convolution`` (the caller has checked ``nonfinite == 0``).
+
+    Per group ``ct = W @ B`` (``cog x columns``), or, for fewer than ``NARROW`` output
+    channels, ``ct = B^T @ W^T`` (``columns x cog``: the channels are the packed, narrow side)."""
     node = k.node
     x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
     xp, wp, yp = k.param(x), k.param(w), k.param(y)
@@ -172,24 +190,19 @@ def emit_convolution(k: Kernel, t: CType, fwd: bool, flip: bool, g: int,
     batch = k.dims.expr(x.type.shape[0])
     L = ys[-1]
     rows = f"((int64_t){batch} * {oplane // L})"
+    tr = cog < NARROW
     cw = k.code
     cw.line(f"const int64_t RT = {rows}, R = {_rows_per_chunk(ci * kplane, L, 'RT')}, "
             f"NCMAX = R * {L};")
     alloc(cw, [("col", t.store, f"{ci * kplane} * NCMAX"), ("ct", t.store, f"{cog} * NCMAX"),
-               ("ao", "int64_t", f"{kg}")])
-    # A[o, kk] = w[group base + o * am + ao[kk]]: kk = (channel, tap), taps in the reference's
-    # order (row-major forward, reversed backward), each at its filter element (flipped in
-    # mode convolution)
+               ("ao", "int64_t", f"{kg}"), ("bo", "int64_t", f"{kg}")])
+    # W[o, kk] = w[group base + o * kg + ao[kk]]: kk = (channel, tap), taps row-major, each at
+    # its filter element (flipped in mode convolution); B[kk, col] = col[bo[kk] + col]
     with cw.block(f"for (int64_t kk = 0; kk < {kg}; kk++)"):
         cw.line(f"const int64_t cl = kk / {kplane}, tn = kk % {kplane};")
-        if fwd:
-            tap = f"{kplane - 1} - tn" if flip else "tn"
-            cw.line(f"ao[kk] = cl * {kplane} + {tap};")
-        else:
-            tap = "tn" if flip else f"{kplane - 1} - tn"
-            cw.line(f"ao[kk] = cl * {cog * kplane} + {tap};")
-    am, gstride = (kg, cog * kg) if fwd else (kplane, cig * cog * kplane)
-    sfx = suffix(t)
+        tap = f"{kplane - 1} - tn" if flip else "tn"
+        cw.line(f"ao[kk] = cl * {kplane} + {tap};")
+    _k_offsets(cw, "bo", str(kg), "NCMAX")
     work = f"(double)RT * {L} * {co * kg}"
     cw.line(f"#pragma omp parallel num_threads(nt) if({work} > GC_PAR_MIN)")
     with cw.block():
@@ -198,34 +211,32 @@ def emit_convolution(k: Kernel, t: CType, fwd: bool, flip: bool, g: int,
                     f"const int64_t nc = R_ * {L};")
             with cw.block():
                 cw.line("const int64_t R = R_;")
-                tap_of = "tn" if fwd else f"{kplane - 1} - tn"
-                if fwd:
-                    im2col(cw, t, xp, ci, iplane, ys, xs, axes, ks, tap_of, scatter=False)
-                else:
-                    im2col(cw, t, xp, ci, iplane, xs, ys, axes, ks, tap_of, scatter=True)
+                im2col(cw, t, xp, ci, iplane, ys, xs, axes, ks, "tn")
                 with cw.block(f"for (int64_t grp = 0; grp < {g}; grp++)"):
-                    cw.line(f"gc_gemm_{sfx}({cog}, nc, {kg}, {wp} + grp * {gstride}, {am}, ao, "
-                            f"col + grp * {kg} * nc, nc, 1, ct, nc, 1);")
+                    wa = (f"{wp} + grp * {cog * kg}", str(kg), "ao")
+                    cb = (f"col + grp * {kg} * NCMAX", "1", "bo")
+                    if tr:
+                        gemm(cw, t, "nc", cog, str(kg), cb, wa, ("ct", str(cog)), "1")
+                    else:
+                        gemm(cw, t, str(cog), "nc", str(kg), wa, cb, ("ct", "nc"), "1")
                     cw.line("#pragma omp for schedule(static)")
                     with cw.block(f"for (int64_t orow = 0; orow < {cog} * R; orow++)"):
                         cw.line("const int64_t o = orow / R, rr = orow % R, r = r0 + rr;",
                                 f"const int64_t img = r / {oplane // L}, "
                                 f"pos = r % {oplane // L} * {L};",
                                 f"{t.store} *dst = {yp} + (img * {co} + grp * {cog} + o) * "
-                                f"{oplane} + pos;",
-                                f"const {t.store} *src = ct + o * nc + rr * {L};")
-                        if bp:
-                            cw.line(f"const {t.store} b = {bp}[grp * {cog} + o];",
-                                    f"for (int64_t q = 0; q < {L}; q++) dst[q] = src[q] + b;")
-                        else:
-                            cw.line(f"memcpy(dst, src, {L} * sizeof(*dst));")
-    cw.line("free(col);", "free(ct);", "free(ao);")
+                                f"{oplane} + pos;")
+                        _store_rows(cw, t, tr, cog, L, f"{bp}[grp * {cog} + o]" if bp else None)
+    cw.line("free(col);", "free(ct);", "free(ao);", "free(bo);")
 
 
 def emit_filter_grad(k: Kernel, t: CType, flip: bool, g: int, it_ptr: str, ot_ptr: str,
                      chans: tuple[int, int], dims: tuple[list[int], list[int], list[int]],
                      axes: Sequence[tuple[int, int, int]], f1n: int) -> None:
-    """The gemm path of ``convolution_filter_grad`` (the caller checked ``it`` finite)."""
+    """The gemm path of ``convolution_filter_grad`` (the caller checked ``it`` finite).
+
+    Per group ``dW += it @ col^T`` over chunks of (image, position) columns, or, for fewer than
+    ``NARROW`` rows, ``dW^T += col @ it^T`` into a scratch matrix transposed at the end."""
     node = k.node
     x, dw = node.inputs[0], node.outputs[0]
     wp = k.param(dw)
@@ -238,11 +249,16 @@ def emit_filter_grad(k: Kernel, t: CType, flip: bool, g: int, it_ptr: str, ot_pt
     batch = k.dims.expr(x.type.shape[0])
     L = ms[-1]
     rows = f"((int64_t){batch} * {mplane // L})"
+    tr = ca < NARROW
     cw = k.code
     cw.line(f"const int64_t RT = {rows}, R = {_rows_per_chunk(c_ot * kplane, L, 'RT')}, "
             f"NCMAX = R * {L};")
-    alloc(cw, [("col", t.store, f"{c_ot * kplane} * NCMAX"), ("ao", "int64_t", "NCMAX")])
-    sfx = suffix(t)
+    bufs = [("col", t.store, f"{c_ot * kplane} * NCMAX"), ("ao", "int64_t", "NCMAX"),
+            ("jo", "int64_t", "NCMAX")]
+    if tr:
+        bufs.append(("dwt", t.store, str(g * ncol * ca)))
+    alloc(cw, bufs)
+    _k_offsets(cw, "jo", "NCMAX", "1")
     work = f"(double)RT * {L} * {c_it * ncol}"
     cw.line(f"#pragma omp parallel num_threads(nt) if({work} > GC_PAR_MIN)")
     with cw.block():
@@ -253,8 +269,8 @@ def emit_filter_grad(k: Kernel, t: CType, flip: bool, g: int, it_ptr: str, ot_pt
                 cw.line("const int64_t R = R_;")
                 # dW's column (f1, tn) holds filter element tn: tap tn, or its flip
                 im2col(cw, t, ot_ptr, c_ot, nplane, ms, ns, axes, ks,
-                       f"{kplane - 1} - tn" if flip else "tn", scatter=False)
-                # A[f0, j] = it[group base + f0 * mplane + ao[j]]: column j of the chunk is
+                       f"{kplane - 1} - tn" if flip else "tn")
+                # it[f0, j] = it[group base + f0 * mplane + ao[j]]: column j of the chunk is
                 # (image, position) of the iterated tensor
                 cw.line("#pragma omp for schedule(static)")
                 with cw.block("for (int64_t j = 0; j < nc; j++)"):
@@ -262,8 +278,160 @@ def emit_filter_grad(k: Kernel, t: CType, flip: bool, g: int, it_ptr: str, ot_pt
                             f"ao[j] = r / {mplane // L} * {c_it * mplane} + r % {mplane // L} * "
                             f"{L} + j % {L};")
                 with cw.block(f"for (int64_t grp = 0; grp < {g}; grp++)"):
-                    cw.line(f"gc_gemm_{sfx}({ca}, {ncol}, nc, {it_ptr} + grp * {ca * mplane}, "
-                            f"{mplane}, ao, "
-                            f"col + grp * {ncol} * nc, 1, nc, {wp} + grp * {ca * ncol}, {ncol}, "
-                            "r0 == 0);")
-    cw.line("free(col);", "free(ao);")
+                    ia = (f"{it_ptr} + grp * {ca * mplane}", str(mplane), "ao")
+                    cb = (f"col + grp * {ncol} * NCMAX", "NCMAX", "jo")
+                    if tr:
+                        gemm(cw, t, str(ncol), ca, "nc", cb, ia,
+                             (f"dwt + grp * {ncol * ca}", str(ca)), "r0 == 0")
+                    else:
+                        gemm(cw, t, str(ca), ncol, "nc", ia, cb,
+                             (f"{wp} + grp * {ca * ncol}", str(ncol)), "r0 == 0")
+        if tr:
+            cw.line("#pragma omp for schedule(static)")
+            with cw.block(f"for (int64_t e = 0; e < {g * ca}; e++)"):
+                cw.line(f"const int64_t grp = e / {ca}, f0 = e % {ca};",
+                        f"for (int64_t c = 0; c < {ncol}; c++) {wp}[e * {ncol} + c] = "
+                        f"dwt[(grp * {ncol} + c) * {ca} + f0];")
+    cw.line(*(f"free({name});" for name, _, _ in bufs))
+
+
+def _phases(xs: Sequence[int], ys: Sequence[int], ks: Sequence[int],
+            axes: Sequence[tuple[int, int, int]]) -> list[tuple[list[int], list[int],
+                                                              list[tuple[int, list[int]]]]]:
+    """The output positions of a backward convolution split by phase: per combination of
+    ``p_i = position mod stride_i``, (phase offsets, grid sizes ``U_i``, the valid taps).
+
+    Output position ``p = ph + s*u`` on an axis receives tap ``k`` from input position
+    ``q = (ph + sp - k*d) / s + u`` when that division is exact: so a phase sees a fixed set of
+    taps, each reading the input at unit stride from ``base = (ph + sp - k*d) / s``. The taps
+    are listed as the reference adds them, in reversed row-major order (tap number, bases);
+    the terms that the phase leaves out are those no input position reaches (the reference
+    adds nothing for them either)."""
+    nd = len(ks)
+    st = [math.prod(ks[i + 1:]) for i in range(nd)]
+    out = []
+    for combo in itertools.product(*(range(s) for s, _, _ in axes)):
+        grid = [(ys[i] - combo[i] + axes[i][0] - 1) // axes[i][0] for i in range(nd)]
+        if min(grid) <= 0:
+            continue
+        taps = []
+        for tn in range(math.prod(ks) - 1, -1, -1):
+            kc = [tn // st[i] % ks[i] for i in range(nd)]
+            num = [combo[i] + axes[i][2] - kc[i] * axes[i][1] for i in range(nd)]
+            if all(num[i] % axes[i][0] == 0 for i in range(nd)):
+                taps.append((tn, [num[i] // axes[i][0] for i in range(nd)]))
+        out.append((list(combo), grid, taps))
+    return out
+
+
+def emit_convolution_backward(k: Kernel, t: CType, flip: bool, g: int, chans: tuple[int, int],
+                              dims: tuple[list[int], list[int], list[int]],
+                              axes: Sequence[tuple[int, int, int]], has_bias: bool) -> None:
+    """The gemm path of a backward (transposed) ``convolution``, one phase at a time (see
+    ``_phases``): per phase a forward-like product at unit stride, its results scattered to
+    the phase's output positions. No product of a structural zero is computed, so a stride-2
+    input gradient costs what its forward convolution costs (not four times as much)."""
+    node = k.node
+    x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    xp, wp, yp = k.param(x), k.param(w), k.param(y)
+    bp = k.param(node.inputs[2]) if has_bias else None
+    ci, co = chans
+    xs, ys, ks = dims
+    nd = len(ks)
+    cig, cog = ci // g, co // g
+    kplane = math.prod(ks)
+    iplane, oplane = math.prod(xs), math.prod(ys)
+    batch = k.dims.expr(x.type.shape[0])
+    phases = _phases(xs, ys, ks, axes)
+    xst = [math.prod(xs[i + 1:]) for i in range(nd)]
+    yst = [math.prod(ys[i + 1:]) for i in range(nd)]
+    cw = k.code
+    # per phase, rows of columns per chunk: the largest chunk sizes the buffers
+    chunk_rows = [max(1, CHUNK // max(1, ci * max(1, len(taps)) * grid[-1]))
+                  for _, grid, taps in phases]
+    ncmax = max(r * grid[-1] for r, (_, grid, _) in zip(chunk_rows, phases))
+    kmax = max(len(taps) for _, _, taps in phases)
+    tr = cog < NARROW
+    cw.line(f"const int64_t NCMAX = {ncmax};")
+    alloc(cw, [("col", t.store, f"{ci * max(1, kmax)} * NCMAX"), ("ct", t.store, f"{cog} * NCMAX"),
+               ("ao", "int64_t", f"{cig * max(1, kmax)}"),
+               ("bo", "int64_t", f"{cig * max(1, kmax)}")])
+    _k_offsets(cw, "bo", str(cig * max(1, kmax)), "NCMAX")
+    work = f"(double){batch} * {iplane} * {co * cig * kplane}"
+    cw.line(f"#pragma omp parallel num_threads(nt) if({work} > GC_PAR_MIN)")
+    with cw.block():
+        for (ph, grid, taps), rmax in zip(phases, chunk_rows):
+            nt_ = len(taps)
+            L = grid[-1]
+            rpi = math.prod(grid[:-1])
+            gst = [math.prod(grid[i + 1:nd - 1]) for i in range(nd - 1)]
+            with cw.block():  # one phase
+                if nt_:
+                    tl = ", ".join(str(tn) for tn, _ in taps)
+                    bl = ", ".join(str(b) for _, bs in taps for b in bs)
+                    cw.line(f"static const int64_t TAP[{nt_}] = {{{tl}}};",
+                            f"static const int64_t BASE[{nt_ * nd}] = {{{bl}}};")
+                    cw.line("#pragma omp for schedule(static)")
+                    with cw.block(f"for (int64_t kk = 0; kk < {cig * nt_}; kk++)"):
+                        tap = f"{kplane - 1} - TAP[kk % {nt_}]" if flip else f"TAP[kk % {nt_}]"
+                        cw.line(f"ao[kk] = kk / {nt_} * {cog * kplane} + {tap};")
+                cw.line(f"const int64_t RT = (int64_t){batch} * {rpi}, "
+                        f"R = RT < {rmax} ? RT : {rmax};")
+                with cw.block("for (int64_t r0 = 0; r0 < RT; r0 += R)"):
+                    cw.line("const int64_t RC = RT - r0 < R ? RT - r0 : R, "
+                            f"nc = RC * {L};")
+                    if nt_:
+                        cw.line("#pragma omp for schedule(static)")
+                        with cw.block(f"for (int64_t kr = 0; kr < {ci * nt_}; kr++)"):
+                            cw.line(f"const int64_t ch = kr / {nt_};",
+                                    f"const int64_t *b = BASE + kr % {nt_} * {nd};",
+                                    f"{t.store} *dst = col + kr * NCMAX;")
+                            with cw.block("for (int64_t r = r0; r < r0 + RC; r++)"):
+                                cw.line(f"{t.store} *d = dst + (r - r0) * {L};",
+                                        f"const int64_t img = r / {rpi}, rem = r % {rpi};",
+                                        f"const {t.store} *s = {xp} + (img * {ci} + ch) * "
+                                        f"{iplane};", "int in = 1;")
+                                for i in range(nd - 1):
+                                    cw.line(f"const int64_t q{i} = b[{i}] + rem / {gst[i]} % "
+                                            f"{grid[i]};",
+                                            f"in = in && q{i} >= 0 && q{i} < {xs[i]};",
+                                            f"s += q{i} * {xst[i]};")
+                                j = nd - 1
+                                cw.line(f"const int64_t bb = b[{j}];",
+                                        f"int64_t lo = -bb > 0 ? -bb : 0, hi = {xs[j]} - bb;",
+                                        f"if (hi > {L}) hi = {L};",
+                                        "if (!in || hi < lo) { lo = 0; hi = 0; }",
+                                        "for (int64_t u = 0; u < lo; u++) d[u] = 0;",
+                                        "if (hi > lo) memcpy(d + lo, s + bb + lo, "
+                                        "(size_t)(hi - lo) * sizeof(*d));",
+                                        f"for (int64_t u = hi > lo ? hi : lo; u < {L}; u++) "
+                                        "d[u] = 0;")
+                    with cw.block(f"for (int64_t grp = 0; grp < {g}; grp++)"):
+                        if nt_:
+                            wa = (f"{wp} + grp * {cig * cog * kplane}", str(kplane), "ao")
+                            cb = (f"col + grp * {cig * nt_} * NCMAX", "1", "bo")
+                            if tr:
+                                gemm(cw, t, "nc", cog, str(cig * nt_), cb, wa, ("ct", str(cog)),
+                                     "1")
+                            else:
+                                gemm(cw, t, str(cog), "nc", str(cig * nt_), wa, cb, ("ct", "nc"),
+                                     "1")
+                        cw.line("#pragma omp for schedule(static)")
+                        with cw.block(f"for (int64_t orow = 0; orow < {cog} * RC; orow++)"):
+                            cw.line("const int64_t o = orow / RC, rr = orow % RC, r = r0 + rr;",
+                                    f"const int64_t img = r / {rpi}, rem = r % {rpi};",
+                                    f"int64_t pos = {ph[nd - 1]};")
+                            for i in range(nd - 1):
+                                cw.line(f"pos += ({ph[i]} + {axes[i][0]} * (rem / {gst[i]} % "
+                                        f"{grid[i]})) * {yst[i]};")
+                            cw.line(f"{t.store} *dst = {yp} + (img * {co} + grp * {cog} + o) * "
+                                    f"{oplane} + pos;")
+                            b = f"{bp}[grp * {cog} + o]" if bp else None
+                            sj = axes[nd - 1][0]
+                            if nt_:
+                                _store_rows(cw, t, tr, cog, L, b, sj)
+                            else:  # no tap reaches this phase: the empty sum, +0
+                                val = f"({t.store})0 + {b}" if b else "0"
+                                cw.line(f"for (int64_t q = 0; q < {L}; q++) dst[q * {sj}] = "
+                                        f"{val};")
+    cw.line("free(col);", "free(ct);", "free(ao);", "free(bo);")

@@ -224,15 +224,17 @@ static inline void gc_axis_taps(int64_t nc, int64_t n, float scale, float ipo, f
  *
  * where C0 is +0 (zero_c) or C's value on entry; each product and each addition is rounded
  * separately (-ffp-contract=off: no FMA), so every element is the sequential sum the reference
- * computes. A is read where it lies, without packing: A[m, k] = A[m * am + aoff[k]] (a filter
- * in any of the layouts a convolution reads it, or a cotangent across images), so a call costs
- * no pass over A. B's element (k, n) is at B[k * bk + n * bn]. C is row-major, row stride ldc.
+ * computes. Both operands are read where they lie, through a table of offsets along k:
+ * A[m, k] = A[m * am + aoff[k]] and B[k, n] = B[boff[k] + n * bn] (a filter in any layout a
+ * convolution reads it, an im2col buffer, a cotangent across images). A is never copied; B is
+ * packed per block. C is row-major with row stride ldc.
  *
- * A job is (panel of NR = 2 vectors of columns, chunk of GC_MC rows); the jobs are shared by
- * an orphaned `omp for` among the threads of the enclosing parallel region (serially outside
- * one), with the barrier at its end. Per job, k runs in blocks of GC_KC: the block of B is
- * packed into an aligned KC x NR panel with zeros past N, and each GC_MR x NR tile of the chunk
- * stays in vector registers over the block (rows past M repeat the last row and are dropped). */
+ * A job is (panel of NR columns, chunk of GC_MC rows); the jobs are shared by an orphaned
+ * `omp for` among the threads of the enclosing parallel region (serially outside one), with
+ * the barrier at its end. Per job, k runs in blocks of GC_KC: the block of B is packed into an
+ * aligned KC x NR panel with zeros past N, and each GC_MR x NR tile of the chunk stays in vector
+ * registers over the block (rows past M repeat the last row and are dropped). gc_gemm_<t> has
+ * NR = 2 vectors (32 floats), gc_gemm_<t>_n one vector (16 floats) for narrow products. */
 #define GC_MR 8
 #ifndef GC_MC
 #define GC_MC 256
@@ -241,15 +243,19 @@ static inline void gc_axis_taps(int64_t nc, int64_t n, float scale, float ipo, f
 #define GC_KC 256
 #endif
 #define GC_ROW(T, R) const T *a##R = A + (m0 + i + (R < rows ? R : rows - 1)) * am;
-#define GC_STEP(T, SUF, R) { const T x = a##R[o]; gc_v##SUF p = b0 * x; c##R##a = c##R##a + p;          \
-                     p = b1 * x; c##R##b = c##R##b + p; }
-#define GC_DEFINE_GEMM(T, SUF, LANES)                                                           \
-typedef T gc_v##SUF __attribute__((vector_size(64)));                                          \
-static inline __attribute__((unused)) void gc_gemm_##SUF(                                      \
+#define GC_STEP(T, V, NV, R) {                                                                 \
+    const T x = a##R[o]; V p = b0 * x; c##R##a = c##R##a + p;                                  \
+    if (NV == 2) { p = b1 * x; c##R##b = c##R##b + p; } }
+#define GC_LOAD(R) { memcpy(&c##R##a, src + R * ld, sizeof c##R##a);                           \
+    if (GV == 2) memcpy(&c##R##b, src + R * ld + GL, sizeof c##R##b); }
+#define GC_STORE(R) { memcpy(dst + R * ld, &c##R##a, sizeof c##R##a);                          \
+    if (GV == 2) memcpy(dst + R * ld + GL, &c##R##b, sizeof c##R##b); }
+#define GC_DEFINE_GEMM(T, NAME, V, LANES, NV)                                                   \
+static inline __attribute__((unused)) void NAME(                                               \
     int64_t M, int64_t N, int64_t K, const T *restrict A, int64_t am,                          \
-    const int64_t *restrict aoff, const T *restrict B, int64_t bk, int64_t bn,                 \
-    T *restrict C, int64_t ldc, int zero_c) {                                                  \
-  enum { NR = 2 * LANES };                                                                     \
+    const int64_t *restrict aoff, const T *restrict B, int64_t bn,                             \
+    const int64_t *restrict boff, T *restrict C, int64_t ldc, int zero_c) {                    \
+  enum { NR = NV * LANES, GV = NV, GL = LANES };                                               \
   const int64_t NP = (N + NR - 1) / NR, NMC = (M + GC_MC - 1) / GC_MC, J = NP * NMC;           \
   _Pragma("omp for schedule(static)")                                                          \
   for (int64_t job = 0; job < J; job++) {                                                      \
@@ -259,20 +265,12 @@ static inline __attribute__((unused)) void gc_gemm_##SUF(                       
     _Alignas(64) T tile[GC_MR * NR];                                                           \
     for (int64_t k0 = 0; k0 < K; k0 += GC_KC) {                                                \
       const int64_t kb = K - k0 < GC_KC ? K - k0 : GC_KC;                                      \
-      if (bn == 1) {                                                                           \
-        for (int64_t kk = 0; kk < kb; kk++) {                                                  \
-          const T *src = B + (k0 + kk) * bk + n0;                                              \
-          T *dst = bp + kk * NR;                                                               \
-          for (int64_t j = 0; j < nb; j++) dst[j] = src[j];                                    \
-          for (int64_t j = nb; j < NR; j++) dst[j] = 0;                                        \
-        }                                                                                      \
-      } else {                                                                                 \
-        for (int64_t j = 0; j < nb; j++) {                                                     \
-          const T *src = B + k0 * bk + (n0 + j) * bn;                                          \
-          for (int64_t kk = 0; kk < kb; kk++) bp[kk * NR + j] = src[kk * bk];                  \
-        }                                                                                      \
-        for (int64_t kk = 0; kk < kb; kk++)                                                    \
-          for (int64_t j = nb; j < NR; j++) bp[kk * NR + j] = 0;                               \
+      for (int64_t kk = 0; kk < kb; kk++) {                                                    \
+        const T *s = B + boff[k0 + kk] + n0 * bn;                                              \
+        T *d = bp + kk * NR;                                                                   \
+        if (bn == 1) for (int64_t j = 0; j < nb; j++) d[j] = s[j];                             \
+        else for (int64_t j = 0; j < nb; j++) d[j] = s[j * bn];                                \
+        for (int64_t j = nb; j < NR; j++) d[j] = 0;                                            \
       }                                                                                        \
       const int fresh = zero_c && k0 == 0;                                                     \
       const int64_t *ko = aoff + k0;                                                           \
@@ -282,7 +280,7 @@ static inline __attribute__((unused)) void gc_gemm_##SUF(                       
         T *c = C + (m0 + i) * ldc + n0;                                                        \
         GC_ROW(T, 0) GC_ROW(T, 1) GC_ROW(T, 2) GC_ROW(T, 3)                                    \
         GC_ROW(T, 4) GC_ROW(T, 5) GC_ROW(T, 6) GC_ROW(T, 7)                                    \
-        T *src = full ? c : tile;                                                              \
+        const T *src = full ? c : tile;                                                        \
         const int64_t ld = full ? ldc : NR;                                                    \
         if (!full) {                                                                           \
           memset(tile, 0, sizeof tile);                                                        \
@@ -290,36 +288,24 @@ static inline __attribute__((unused)) void gc_gemm_##SUF(                       
             for (int64_t r = 0; r < rows; r++)                                                 \
               for (int64_t j = 0; j < nb; j++) tile[r * NR + j] = c[r * ldc + j];              \
         }                                                                                      \
-        gc_v##SUF c0a, c0b, c1a, c1b, c2a, c2b, c3a, c3b, c4a, c4b, c5a, c5b, c6a, c6b, c7a, c7b; \
-        if (fresh) {                                                                           \
-          c0a = c0b = c1a = c1b = c2a = c2b = c3a = c3b = (gc_v##SUF){0};                      \
-          c4a = c4b = c5a = c5b = c6a = c6b = c7a = c7b = (gc_v##SUF){0};                      \
-        } else {                                                                               \
-          memcpy(&c0a, src + 0 * ld, 64); memcpy(&c0b, src + 0 * ld + LANES, 64);              \
-          memcpy(&c1a, src + 1 * ld, 64); memcpy(&c1b, src + 1 * ld + LANES, 64);              \
-          memcpy(&c2a, src + 2 * ld, 64); memcpy(&c2b, src + 2 * ld + LANES, 64);              \
-          memcpy(&c3a, src + 3 * ld, 64); memcpy(&c3b, src + 3 * ld + LANES, 64);              \
-          memcpy(&c4a, src + 4 * ld, 64); memcpy(&c4b, src + 4 * ld + LANES, 64);              \
-          memcpy(&c5a, src + 5 * ld, 64); memcpy(&c5b, src + 5 * ld + LANES, 64);              \
-          memcpy(&c6a, src + 6 * ld, 64); memcpy(&c6b, src + 6 * ld + LANES, 64);              \
-          memcpy(&c7a, src + 7 * ld, 64); memcpy(&c7b, src + 7 * ld + LANES, 64);              \
+        V c0a = {0}, c0b = {0}, c1a = {0}, c1b = {0}, c2a = {0}, c2b = {0}, c3a = {0};         \
+        V c3b = {0}, c4a = {0}, c4b = {0}, c5a = {0}, c5b = {0}, c6a = {0}, c6b = {0};         \
+        V c7a = {0}, c7b = {0};                                                                \
+        if (!fresh) {                                                                          \
+          GC_LOAD(0) GC_LOAD(1) GC_LOAD(2) GC_LOAD(3) GC_LOAD(4) GC_LOAD(5) GC_LOAD(6)         \
+          GC_LOAD(7)                                                                           \
         }                                                                                      \
         for (int64_t kk = 0; kk < kb; kk++) {                                                  \
-          const gc_v##SUF b0 = *(const gc_v##SUF *)(bp + kk * NR);                             \
-          const gc_v##SUF b1 = *(const gc_v##SUF *)(bp + kk * NR + LANES);                     \
+          const V b0 = *(const V *)(bp + kk * NR);                                             \
+          const V b1 = NV == 2 ? *(const V *)(bp + kk * NR + (NV - 1) * LANES) : b0;           \
           const int64_t o = ko[kk];                                                            \
-          GC_STEP(T, SUF, 0) GC_STEP(T, SUF, 1) GC_STEP(T, SUF, 2) GC_STEP(T, SUF, 3)          \
-          GC_STEP(T, SUF, 4) GC_STEP(T, SUF, 5) GC_STEP(T, SUF, 6) GC_STEP(T, SUF, 7)          \
+          GC_STEP(T, V, NV, 0) GC_STEP(T, V, NV, 1) GC_STEP(T, V, NV, 2)                       \
+          GC_STEP(T, V, NV, 3) GC_STEP(T, V, NV, 4) GC_STEP(T, V, NV, 5)                       \
+          GC_STEP(T, V, NV, 6) GC_STEP(T, V, NV, 7)                                            \
         }                                                                                      \
         T *dst = full ? c : tile;                                                              \
-        memcpy(dst + 0 * ld, &c0a, 64); memcpy(dst + 0 * ld + LANES, &c0b, 64);                \
-        memcpy(dst + 1 * ld, &c1a, 64); memcpy(dst + 1 * ld + LANES, &c1b, 64);                \
-        memcpy(dst + 2 * ld, &c2a, 64); memcpy(dst + 2 * ld + LANES, &c2b, 64);                \
-        memcpy(dst + 3 * ld, &c3a, 64); memcpy(dst + 3 * ld + LANES, &c3b, 64);                \
-        memcpy(dst + 4 * ld, &c4a, 64); memcpy(dst + 4 * ld + LANES, &c4b, 64);                \
-        memcpy(dst + 5 * ld, &c5a, 64); memcpy(dst + 5 * ld + LANES, &c5b, 64);                \
-        memcpy(dst + 6 * ld, &c6a, 64); memcpy(dst + 6 * ld + LANES, &c6b, 64);                \
-        memcpy(dst + 7 * ld, &c7a, 64); memcpy(dst + 7 * ld + LANES, &c7b, 64);                \
+        GC_STORE(0) GC_STORE(1) GC_STORE(2) GC_STORE(3) GC_STORE(4) GC_STORE(5) GC_STORE(6)    \
+        GC_STORE(7)                                                                            \
         if (!full)                                                                             \
           for (int64_t r = 0; r < rows; r++)                                                   \
             for (int64_t j = 0; j < nb; j++) c[r * ldc + j] = tile[r * NR + j];                \
@@ -327,7 +313,11 @@ static inline __attribute__((unused)) void gc_gemm_##SUF(                       
     }                                                                                          \
   }                                                                                            \
 }
-GC_DEFINE_GEMM(float, f32, 16)
-GC_DEFINE_GEMM(double, f64, 8)
+typedef float gc_vf32 __attribute__((vector_size(64)));
+typedef double gc_vf64 __attribute__((vector_size(64)));
+GC_DEFINE_GEMM(float, gc_gemm_f32, gc_vf32, 16, 2)
+GC_DEFINE_GEMM(float, gc_gemm_f32_n, gc_vf32, 16, 1)
+GC_DEFINE_GEMM(double, gc_gemm_f64, gc_vf64, 8, 2)
+GC_DEFINE_GEMM(double, gc_gemm_f64_n, gc_vf64, 8, 1)
 
 #endif  /* GRADC_PRELUDE_H */

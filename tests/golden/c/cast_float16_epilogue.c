@@ -283,15 +283,18 @@ static int k0(const int64_t *restrict S, int nt, uint16_t *restrict p0, const fl
   return 0;
 }
 
-GC_NOINLINE static int gc_part0(const int64_t *S, void *const *A, int nt, void **B) {
+GC_NOINLINE static int gc_part0(const int64_t *S, void *const *A, int nt, void **B, char *arena) {
   int rc = 0;
-  (void)S; (void)A; (void)nt; (void)B;
+  (void)S; (void)A; (void)nt; (void)B; (void)arena;
   rc = k0(S, nt, (uint16_t *)A[3], (const float *)A[1], (const float *)A[2], (const float *)A[0]);
   if (rc) return rc;
   return rc;
 }
 
-int gradc_entry(const int64_t *S, void *const *A, int nt) {
+int64_t gradc_arena_bytes(void) {
+  return 0;
+}
+int gradc_entry_arena(const int64_t *S, void *const *A, int nt, void *arena) {
   int rc = 0;
 #ifdef _OPENMP
   if (nt <= 0) nt = omp_get_max_threads();
@@ -300,10 +303,12 @@ int gradc_entry(const int64_t *S, void *const *A, int nt) {
 #endif
   void **B = (void **)calloc(1, sizeof(void *));
   if (!B) return 1;
-  rc = gc_part0(S, A, nt, B);
+  rc = gc_part0(S, A, nt, B, (char *)arena);
   if (rc) goto done;
 done:
-  for (int64_t i = 0; i < 0; i++) free(B[i]);
   free(B);
   return rc;
+}
+int gradc_entry(const int64_t *S, void *const *A, int nt) {
+  return gradc_entry_arena(S, A, nt, NULL);
 }
