@@ -42,7 +42,6 @@ from gradc.backends.c.writer import CWriter
 CHUNK = 1 << 18  # target elements of the im2col buffer
 MIN_ROWS = 4  # groups with fewer output rows use the direct loops
 NARROW = 32  # fewer output channels (filter-gradient rows): the product runs transposed
-NARROW_TILE = 16  # a product this narrow takes the one-vector tile
 
 
 def usable(t: CType, rows: int) -> bool:
@@ -149,10 +148,8 @@ def alloc(cw: CWriter, bufs: Sequence[tuple[str, str, str]]) -> None:
 def gemm(cw: CWriter, t: CType, m: str, n: int | str, kdim: str, a: tuple[str, str, str],
          b: tuple[str, str, str], c: tuple[str, str], zero: str) -> None:
     """A call of the prelude's gemm: ``a`` = (pointer, row stride, k offsets), ``b`` =
-    (pointer, column stride, k offsets), ``c`` = (pointer, row stride). A product whose N is
-    a static 16 or fewer takes the one-vector tile."""
-    narrow = "_n" if isinstance(n, int) and n <= NARROW_TILE else ""
-    cw.line(f"gc_gemm_{suffix(t)}{narrow}({m}, {n}, {kdim}, {a[0]}, {a[1]}, {a[2]}, {b[0]}, "
+    (pointer, column stride, k offsets), ``c`` = (pointer, row stride)."""
+    cw.line(f"gc_gemm_{suffix(t)}({m}, {n}, {kdim}, {a[0]}, {a[1]}, {a[2]}, {b[0]}, "
             f"{b[1]}, {b[2]}, {c[0]}, {c[1]}, {zero});")
 
 
