@@ -147,8 +147,9 @@ def alloc(cw: CWriter, bufs: Sequence[tuple[str, str, str]]) -> None:
 
 def gemm(cw: CWriter, t: CType, m: str, n: int | str, kdim: str, a: tuple[str, str, str],
          b: tuple[str, str, str], c: tuple[str, str], zero: str) -> None:
-    """A call of the prelude's gemm: ``a`` = (pointer, row stride, k offsets), ``b`` =
-    (pointer, column stride, k offsets), ``c`` = (pointer, row stride)."""
+    """A call of the prelude's gemm: ``a`` = (pointer, row offsets, k offsets), ``b`` =
+    (pointer, k offsets, column offsets or NULL for contiguous), ``c`` = (pointer, row
+    stride)."""
     cw.line(f"gc_gemm_{suffix(t)}({m}, {n}, {kdim}, {a[0]}, {a[1]}, {a[2]}, {b[0]}, "
             f"{b[1]}, {b[2]}, {c[0]}, {c[1]}, {zero});")
 
@@ -192,7 +193,10 @@ def emit_convolution(k: Kernel, t: CType, flip: bool, g: int,
     cw.line(f"const int64_t RT = {rows}, R = {_rows_per_chunk(ci * kplane, L, 'RT')}, "
             f"NCMAX = R * {L};")
     alloc(cw, [("col", t.store, f"{ci * kplane} * NCMAX"), ("ct", t.store, f"{cog} * NCMAX"),
-               ("ao", "int64_t", f"{kg}"), ("bo", "int64_t", f"{kg}")])
+               ("ao", "int64_t", f"{kg}"), ("bo", "int64_t", f"{kg}"),
+               ("wr", "int64_t", f"{cog}"), ("id", "int64_t", "NCMAX")])
+    _k_offsets(cw, "wr", str(cog), str(kg))
+    _k_offsets(cw, "id", "NCMAX", "1")
     # W[o, kk] = w[group base + o * kg + ao[kk]]: kk = (channel, tap), taps row-major, each at
     # its filter element (flipped in mode convolution); B[kk, col] = col[bo[kk] + col]
     with cw.block(f"for (int64_t kk = 0; kk < {kg}; kk++)"):
@@ -210,12 +214,14 @@ def emit_convolution(k: Kernel, t: CType, flip: bool, g: int,
                 cw.line("const int64_t R = R_;")
                 im2col(cw, t, xp, ci, iplane, ys, xs, axes, ks, "tn")
                 with cw.block(f"for (int64_t grp = 0; grp < {g}; grp++)"):
-                    wa = (f"{wp} + grp * {cog * kg}", str(kg), "ao")
-                    cb = (f"col + grp * {kg} * NCMAX", "1", "bo")
+                    w_ = f"{wp} + grp * {cog * kg}"
+                    col = f"col + grp * {kg} * NCMAX"
                     if tr:
-                        gemm(cw, t, "nc", cog, str(kg), cb, wa, ("ct", str(cog)), "1")
+                        gemm(cw, t, "nc", cog, str(kg), (col, "id", "bo"), (w_, "ao", "wr"),
+                             ("ct", str(cog)), "1")
                     else:
-                        gemm(cw, t, str(cog), "nc", str(kg), wa, cb, ("ct", "nc"), "1")
+                        gemm(cw, t, str(cog), "nc", str(kg), (w_, "wr", "ao"), (col, "bo", "NULL"),
+                             ("ct", "nc"), "1")
                     cw.line("#pragma omp for schedule(static)")
                     with cw.block(f"for (int64_t orow = 0; orow < {cog} * R; orow++)"):
                         cw.line("const int64_t o = orow / R, rr = orow % R, r = r0 + rr;",
@@ -224,7 +230,7 @@ def emit_convolution(k: Kernel, t: CType, flip: bool, g: int,
                                 f"{t.store} *dst = {yp} + (img * {co} + grp * {cog} + o) * "
                                 f"{oplane} + pos;")
                         _store_rows(cw, t, tr, cog, L, f"{bp}[grp * {cog} + o]" if bp else None)
-    cw.line("free(col);", "free(ct);", "free(ao);", "free(bo);")
+    cw.line("free(col);", "free(ct);", "free(ao);", "free(bo);", "free(wr);", "free(id);")
 
 
 def emit_filter_grad(k: Kernel, t: CType, flip: bool, g: int, it_ptr: str, ot_ptr: str,
@@ -251,11 +257,13 @@ def emit_filter_grad(k: Kernel, t: CType, flip: bool, g: int, it_ptr: str, ot_pt
     cw.line(f"const int64_t RT = {rows}, R = {_rows_per_chunk(c_ot * kplane, L, 'RT')}, "
             f"NCMAX = R * {L};")
     bufs = [("col", t.store, f"{c_ot * kplane} * NCMAX"), ("ao", "int64_t", "NCMAX"),
-            ("jo", "int64_t", "NCMAX")]
+            ("jo", "int64_t", "NCMAX"), ("fr", "int64_t", str(ca)), ("cr", "int64_t", str(ncol))]
     if tr:
         bufs.append(("dwt", t.store, str(g * ncol * ca)))
     alloc(cw, bufs)
     _k_offsets(cw, "jo", "NCMAX", "1")
+    _k_offsets(cw, "fr", str(ca), str(mplane))
+    _k_offsets(cw, "cr", str(ncol), "NCMAX")
     work = f"(double)RT * {L} * {c_it * ncol}"
     cw.line(f"#pragma omp parallel num_threads(nt) if({work} > GC_PAR_MIN)")
     with cw.block():
@@ -275,13 +283,13 @@ def emit_filter_grad(k: Kernel, t: CType, flip: bool, g: int, it_ptr: str, ot_pt
                             f"ao[j] = r / {mplane // L} * {c_it * mplane} + r % {mplane // L} * "
                             f"{L} + j % {L};")
                 with cw.block(f"for (int64_t grp = 0; grp < {g}; grp++)"):
-                    ia = (f"{it_ptr} + grp * {ca * mplane}", str(mplane), "ao")
-                    cb = (f"col + grp * {ncol} * NCMAX", "NCMAX", "jo")
+                    it_ = f"{it_ptr} + grp * {ca * mplane}"
+                    col = f"col + grp * {ncol} * NCMAX"
                     if tr:
-                        gemm(cw, t, str(ncol), ca, "nc", cb, ia,
+                        gemm(cw, t, str(ncol), ca, "nc", (col, "cr", "jo"), (it_, "ao", "fr"),
                              (f"dwt + grp * {ncol * ca}", str(ca)), "r0 == 0")
                     else:
-                        gemm(cw, t, str(ca), ncol, "nc", ia, cb,
+                        gemm(cw, t, str(ca), ncol, "nc", (it_, "fr", "ao"), (col, "jo", "cr"),
                              (f"{wp} + grp * {ca * ncol}", str(ncol)), "r0 == 0")
         if tr:
             cw.line("#pragma omp for schedule(static)")
@@ -352,8 +360,11 @@ def emit_convolution_backward(k: Kernel, t: CType, flip: bool, g: int, chans: tu
     cw.line(f"const int64_t NCMAX = {ncmax};")
     alloc(cw, [("col", t.store, f"{ci * max(1, kmax)} * NCMAX"), ("ct", t.store, f"{cog} * NCMAX"),
                ("ao", "int64_t", f"{cig * max(1, kmax)}"),
-               ("bo", "int64_t", f"{cig * max(1, kmax)}")])
+               ("bo", "int64_t", f"{cig * max(1, kmax)}"), ("wr", "int64_t", f"{cog}"),
+               ("id", "int64_t", "NCMAX")])
     _k_offsets(cw, "bo", str(cig * max(1, kmax)), "NCMAX")
+    _k_offsets(cw, "wr", str(cog), str(kplane))
+    _k_offsets(cw, "id", "NCMAX", "1")
     work = f"(double){batch} * {iplane} * {co * cig * kplane}"
     cw.line(f"#pragma omp parallel num_threads(nt) if({work} > GC_PAR_MIN)")
     with cw.block():
@@ -405,14 +416,14 @@ def emit_convolution_backward(k: Kernel, t: CType, flip: bool, g: int, chans: tu
                                         "d[u] = 0;")
                     with cw.block(f"for (int64_t grp = 0; grp < {g}; grp++)"):
                         if nt_:
-                            wa = (f"{wp} + grp * {cig * cog * kplane}", str(kplane), "ao")
-                            cb = (f"col + grp * {cig * nt_} * NCMAX", "1", "bo")
+                            w_ = f"{wp} + grp * {cig * cog * kplane}"
+                            col = f"col + grp * {cig * nt_} * NCMAX"
                             if tr:
-                                gemm(cw, t, "nc", cog, str(cig * nt_), cb, wa, ("ct", str(cog)),
-                                     "1")
+                                gemm(cw, t, "nc", cog, str(cig * nt_), (col, "id", "bo"),
+                                     (w_, "ao", "wr"), ("ct", str(cog)), "1")
                             else:
-                                gemm(cw, t, str(cog), "nc", str(cig * nt_), wa, cb, ("ct", "nc"),
-                                     "1")
+                                gemm(cw, t, str(cog), "nc", str(cig * nt_), (w_, "wr", "ao"),
+                                     (col, "bo", "NULL"), ("ct", "nc"), "1")
                         cw.line("#pragma omp for schedule(static)")
                         with cw.block(f"for (int64_t orow = 0; orow < {cog} * RC; orow++)"):
                             cw.line("const int64_t o = orow / RC, rr = orow % RC, r = r0 + rr;",
@@ -431,4 +442,4 @@ def emit_convolution_backward(k: Kernel, t: CType, flip: bool, g: int, chans: tu
                                 val = f"({t.store})0 + {b}" if b else "0"
                                 cw.line(f"for (int64_t q = 0; q < {L}; q++) dst[q * {sj}] = "
                                         f"{val};")
-    cw.line("free(col);", "free(ct);", "free(ao);", "free(bo);")
+    cw.line("free(col);", "free(ct);", "free(ao);", "free(bo);", "free(wr);", "free(id);")

@@ -224,10 +224,11 @@ static inline void gc_axis_taps(int64_t nc, int64_t n, float scale, float ipo, f
  *
  * where C0 is +0 (zero_c) or C's value on entry; each product and each addition is rounded
  * separately (-ffp-contract=off: no FMA), so every element is the sequential sum the reference
- * computes. Both operands are read where they lie, through a table of offsets along k:
- * A[m, k] = A[m * am + aoff[k]] and B[k, n] = B[boff[k] + n * bn] (a filter in any layout a
- * convolution reads it, an im2col buffer, a cotangent across images). A is never copied; B is
- * packed per block. C is row-major with row stride ldc.
+ * computes. Both operands are read where they lie, through tables of offsets:
+ * A[m, k] = A[amo[m] + aoff[k]] and B[k, n] = B[boff[k] + bno[n]] (bno NULL: bno[n] = n) -- a
+ * filter in any layout a convolution reads it, an input with zero borders read at each tap's
+ * shift (implicit im2col), a cotangent across images. A is never copied; B is packed per block.
+ * C is row-major with row stride ldc.
  *
  * A job is (panel of NR columns, chunk of GC_MC rows); the jobs are shared by an orphaned
  * `omp for` among the threads of the enclosing parallel region (serially outside one), with
@@ -243,7 +244,7 @@ static inline void gc_axis_taps(int64_t nc, int64_t n, float scale, float ipo, f
 #ifndef GC_KC
 #define GC_KC 256
 #endif
-#define GC_ROW(T, R) const T *a##R = A + (m0 + i + (R < rows ? R : rows - 1)) * am;
+#define GC_ROW(T, R) const T *a##R = A + amo[m0 + i + (R < rows ? R : rows - 1)];
 #define GC_STEP(T, V, NV, R) {                                                                 \
     const T x = a##R[o]; V p = b0 * x; c##R##a = c##R##a + p;                                  \
     if (NV == 2) { p = b1 * x; c##R##b = c##R##b + p; } }
@@ -253,9 +254,9 @@ static inline void gc_axis_taps(int64_t nc, int64_t n, float scale, float ipo, f
     if (GV == 2) memcpy(dst + R * ld + GL, &c##R##b, sizeof c##R##b); }
 #define GC_DEFINE_GEMM(T, NAME, V, LANES, NV)                                                   \
 static inline __attribute__((unused)) void NAME(                                               \
-    int64_t M, int64_t N, int64_t K, const T *restrict A, int64_t am,                          \
-    const int64_t *restrict aoff, const T *restrict B, int64_t bn,                             \
-    const int64_t *restrict boff, T *restrict C, int64_t ldc, int zero_c) {                    \
+    int64_t M, int64_t N, int64_t K, const T *restrict A, const int64_t *restrict amo,         \
+    const int64_t *restrict aoff, const T *restrict B, const int64_t *restrict boff,           \
+    const int64_t *restrict bno, T *restrict C, int64_t ldc, int zero_c) {                     \
   enum { NR = NV * LANES, GV = NV, GL = LANES };                                               \
   const int64_t NP = (N + NR - 1) / NR, NMC = (M + GC_MC - 1) / GC_MC, J = NP * NMC;           \
   _Pragma("omp for schedule(static)")                                                          \
@@ -267,10 +268,10 @@ static inline __attribute__((unused)) void NAME(                                
     for (int64_t k0 = 0; k0 < K; k0 += GC_KC) {                                                \
       const int64_t kb = K - k0 < GC_KC ? K - k0 : GC_KC;                                      \
       for (int64_t kk = 0; kk < kb; kk++) {                                                    \
-        const T *s = B + boff[k0 + kk] + n0 * bn;                                              \
+        const T *s = B + boff[k0 + kk];                                                        \
         T *d = bp + kk * NR;                                                                   \
-        if (bn == 1) for (int64_t j = 0; j < nb; j++) d[j] = s[j];                             \
-        else for (int64_t j = 0; j < nb; j++) d[j] = s[j * bn];                                \
+        if (!bno) for (int64_t j = 0; j < nb; j++) d[j] = s[n0 + j];                           \
+        else for (int64_t j = 0; j < nb; j++) d[j] = s[bno[n0 + j]];                           \
         for (int64_t j = nb; j < NR; j++) d[j] = 0;                                            \
       }                                                                                        \
       const int fresh = zero_c && k0 == 0;                                                     \
