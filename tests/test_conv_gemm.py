@@ -24,12 +24,14 @@ import convolution_oracle as oracle
 F32, F64 = np.float32, np.float64
 
 
-def _case(rng: np.random.Generator, dtype, max_nd: int = 3):
-    nd = int(rng.integers(1, max_nd + 1))
+def _case(rng: np.random.Generator, dtype, max_nd: int = 3, unit: bool = False):
+    nd = int(rng.integers(1, max_nd + 1)) if max_nd < 3 or not unit else 2
     g = int(rng.integers(1, 3))
     cig, cog = (int(v) for v in rng.integers(4, 11, 2))
     fwd = bool(rng.integers(2))
     k, s, d = ([int(v) for v in rng.integers(1, hi, nd)] for hi in (4, 3, 3))
+    if unit:  # unit strides: the implicit path
+        s = [1] * nd
     sp, ep = ([int(v) for v in rng.integers(0, 3, nd)] for _ in range(2))
     spatial = [int(v) for v in rng.integers(2, 9 if nd < 3 else 5, nd)]
     if fwd:
@@ -78,30 +80,41 @@ def _check(g, feeds):
 @pytest.mark.parametrize("dtype", [F32, F64])
 @pytest.mark.parametrize("chunk", [conv_gemm.CHUNK, 64])
 @pytest.mark.parametrize("narrow", [1, 1000])
-def test_gemm_path_is_bit_identical_to_the_reference(dtype, chunk, narrow, monkeypatch):
+@pytest.mark.parametrize("implicit", [False, True])
+def test_gemm_path_is_bit_identical_to_the_reference(dtype, chunk, narrow, implicit,
+                                                     monkeypatch):
     """Random fields; chunk 64 splits the columns into one row of the last axis per chunk;
-    narrow 1 runs every product as ``W @ B``, 1000 every one transposed (``B^T @ W^T``)."""
+    narrow 1 runs every product as ``W @ B``, 1000 every one transposed (``B^T @ W^T``);
+    implicit: unit strides on two axes, read through zero borders (no im2col), else never."""
     monkeypatch.setattr(conv_gemm, "CHUNK", chunk)
     monkeypatch.setattr(conv_gemm, "NARROW", narrow)
-    rng = np.random.default_rng(7 if dtype is F32 else 8)
+    if implicit:
+        monkeypatch.setattr(conv_gemm, "WASTE", 1e9)
+    else:
+        monkeypatch.setattr(conv_gemm, "implicit_ok", lambda *a: False)
+    rng = np.random.default_rng((7 if dtype is F32 else 8) + 10 * implicit)
     for i in range(6):
-        (x, w, b, dy), f = _case(rng, dtype)
+        (x, w, b, dy), f = _case(rng, dtype, unit=implicit)
         feeds = {"x": x, "w": w, "dy": dy} | ({} if b is None else {"b": b})
         _check(_graph(x, w, b, dy, f, "N" if i % 2 else x.shape[0]), feeds)
 
 
 @pytest.mark.parametrize("narrow", [1, 1000])
-def test_wide_layer_with_many_panels_and_row_chunks(narrow, monkeypatch):
+@pytest.mark.parametrize("implicit", [False, True])
+def test_wide_layer_with_many_panels_and_row_chunks(narrow, implicit, monkeypatch):
     """More than one packed row chunk (GC_MC = 256 rows), partial register tiles on both
     sides, k longer than a packed block (GC_KC = 256), and long filter-gradient sums; both
-    orientations."""
+    orientations, with and without im2col."""
     monkeypatch.setattr(conv_gemm, "NARROW", narrow)
+    if not implicit:
+        monkeypatch.setattr(conv_gemm, "implicit_ok", lambda *a: False)
     rng = np.random.default_rng(3)
     x = rng.standard_normal((2, 40, 9, 7)).astype(F32)
     w = rng.standard_normal((263, 40, 3, 3)).astype(F32)
     f = dict(start_padding=(1, 1), end_padding=(1, 1))
     y = oracle.convolution(x, w, None, "cross_correlation", "forward", [1, 1], [1, 1], [1, 1],
                            [1, 1], [0, 0], 1)
+    monkeypatch.setattr(conv_gemm, "WASTE", 1e9)
     dy = rng.standard_normal(y.shape).astype(F32)
     _check(_graph(x, w, None, dy, f, 2), {"x": x, "w": w, "dy": dy})
 

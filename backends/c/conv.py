@@ -136,10 +136,16 @@ def emit_convolution(k: Kernel) -> None:
     if conv_gemm.usable(t, cog) and min(xs + ys + ks) > 0:
         conv_gemm.finite_check(k.code, t, wp, k.dims.prod(w.type.shape))
         with k.code.block("if (!nonfinite)"):
-            emit = conv_gemm.emit_convolution if fwd else conv_gemm.emit_convolution_backward
-            emit(k, t, a["mode"] == "convolution", g, (ci, co), (xs, ys, ks),
-                 [(a["strides"][i], a["dilations"][i], a["start_padding"][i]) for i in range(nd)],
-                 bias is not None)
+            fields = [(a["strides"][i], a["dilations"][i], a["start_padding"][i])
+                      for i in range(nd)]
+            flip = a["mode"] == "convolution"
+            if (conv_gemm.implicit_ok(a["strides"], ys, ks, a["dilations"], False)
+                    and cig * kplane >= conv_gemm.MIN_K):
+                conv_gemm.emit_convolution_implicit(k, t, fwd, flip, g, (ci, co), (xs, ys, ks),
+                                                    fields, bias is not None)
+            else:
+                emit = conv_gemm.emit_convolution if fwd else conv_gemm.emit_convolution_backward
+                emit(k, t, flip, g, (ci, co), (xs, ys, ks), fields, bias is not None)
             k.code.line("return 0;")
     body = CWriter()
     body.line(f"const int64_t n = p / {co}, o = p % {co}, grp = o / {cog};")
@@ -220,10 +226,12 @@ def emit_convolution_filter_grad(k: Kernel) -> None:
     if conv_gemm.usable(t, ca) and min(ms + ns + ks) > 0:
         conv_gemm.finite_check(k.code, t, itp, k.dims.prod(it.type.shape))
         with k.code.block("if (!nonfinite)"):
-            conv_gemm.emit_filter_grad(
-                k, t, a["mode"] == "convolution", g, itp, otp, (c_it, c_ot), (ms, ns, ks),
-                [(a["strides"][i], a["dilations"][i], a["start_padding"][i]) for i in range(nd)],
-                f1n)
+            emit = (conv_gemm.emit_filter_grad_implicit
+                    if conv_gemm.implicit_ok(a["strides"], ms, ks, a["dilations"], True)
+                    else conv_gemm.emit_filter_grad)
+            emit(k, t, a["mode"] == "convolution", g, itp, otp, (c_it, c_ot), (ms, ns, ks),
+                 [(a["strides"][i], a["dilations"][i], a["start_padding"][i]) for i in range(nd)],
+                 f1n)
             k.code.line("return 0;")
     body = CWriter()
     body.line(f"const int64_t fc = p / {f1n}, oc = (fc / {ca}) * {f1n} + p % {f1n};")

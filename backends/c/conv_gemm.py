@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 from gradc.backends.c.ctypes_map import CType
@@ -42,6 +43,7 @@ from gradc.backends.c.writer import CWriter
 CHUNK = 1 << 18  # target elements of the im2col buffer
 MIN_ROWS = 4  # groups with fewer output rows use the direct loops
 NARROW = 32  # fewer output channels (filter-gradient rows): the product runs transposed
+NR = {"float": 16, "double": 8}  # columns of the prelude gemm's register tile (one vector)
 
 
 def usable(t: CType, rows: int) -> bool:
@@ -146,12 +148,12 @@ def alloc(cw: CWriter, bufs: Sequence[tuple[str, str, str]]) -> None:
 
 
 def gemm(cw: CWriter, t: CType, m: str, n: int | str, kdim: str, a: tuple[str, str, str],
-         b: tuple[str, str, str], c: tuple[str, str], zero: str) -> None:
+         b: tuple[str, str, str], c: tuple[str, str], zero: str, packed: bool = False) -> None:
     """A call of the prelude's gemm: ``a`` = (pointer, row offsets, k offsets), ``b`` =
     (pointer, k offsets, column offsets or NULL for contiguous), ``c`` = (pointer, row
     stride)."""
     cw.line(f"gc_gemm_{suffix(t)}({m}, {n}, {kdim}, {a[0]}, {a[1]}, {a[2]}, {b[0]}, "
-            f"{b[1]}, {b[2]}, {c[0]}, {c[1]}, {zero});")
+            f"{b[1]}, {b[2]}, {c[0]}, {c[1]}, {zero}, {int(packed)});")
 
 
 def _k_offsets(cw: CWriter, name: str, count: str, stride: str) -> None:
@@ -443,3 +445,219 @@ def emit_convolution_backward(k: Kernel, t: CType, flip: bool, g: int, chans: tu
                                 cw.line(f"for (int64_t q = 0; q < {L}; q++) dst[q * {sj}] = "
                                         f"{val};")
     cw.line("free(col);", "free(ct);", "free(ao);", "free(bo);", "free(wr);", "free(id);")
+
+
+# -- implicit im2col: unit strides on two spatial axes ----------------------------------------
+
+WASTE = 1.5  # implicit convolution when padded planes exceed the output planes at most this much
+
+
+@dataclass
+class _Padded:
+    """A tensor copied with zero borders, channel-major: ``xp[((c * N + n) * hp + yy) * wp + xx]``
+    holds ``src[n, c, yy + omin0, xx + omin1]`` (0 outside), so tap offset ``(o0, o1)`` of output
+    ``(y, x)`` is at ``yy = y + o0 - omin0``; ``slack`` zeros follow, for the discarded columns
+    that read past the last plane."""
+
+    src: str
+    chans: int
+    dims: tuple[int, int]
+    omin: tuple[int, int]
+    hp: int
+    wp: int
+    slack: int
+
+    @property
+    def size(self) -> str:
+        return f"(int64_t){self.chans} * NB * {self.hp * self.wp} + {self.slack}"
+
+    def chan(self) -> str:
+        """Elements from one channel to the next."""
+        return f"NB * {self.hp * self.wp}"
+
+    def at(self, o0: int, o1: int) -> int:
+        """The offset of tap shift (o0, o1) within a plane."""
+        return (o0 - self.omin[0]) * self.wp + (o1 - self.omin[1])
+
+
+def _padded(src: str, chans: int, dims: Sequence[int], out: Sequence[int],
+            shifts: Sequence[tuple[int, int]]) -> _Padded:
+    lo = (min(s[0] for s in shifts), min(s[1] for s in shifts))
+    hi = (max(s[0] for s in shifts), max(s[1] for s in shifts))
+    hp, wp = out[0] + hi[0] - lo[0], out[1] + hi[1] - lo[1]
+    return _Padded(src, chans, (dims[0], dims[1]), lo, hp, wp, (hi[0] - lo[0] + 1) * wp + 64)
+
+
+def _fill_padded(cw: CWriter, t: CType, p: _Padded) -> None:
+    """Write ``xp`` (inside the parallel region: rows shared among the threads)."""
+    sh, sw = p.dims
+    cw.line("#pragma omp for schedule(static)")
+    with cw.block(f"for (int64_t cr = 0; cr < {p.chans} * NB * {p.hp}; cr++)"):
+        cw.line(f"const int64_t c = cr / (NB * {p.hp}), n = cr / {p.hp} % NB, "
+                f"yy = cr % {p.hp};",
+                f"{t.store} *d = xp + cr * {p.wp};", f"const int64_t sy = yy + {p.omin[0]};")
+        with cw.block(f"if (sy < 0 || sy >= {sh})"):
+            cw.line(f"memset(d, 0, {p.wp} * sizeof(*d));", "continue;")
+        lo, hi = max(0, -p.omin[1]), min(p.wp, sw - p.omin[1])
+        cw.line(f"const {t.store} *s = {p.src} + ((n * {p.chans} + c) * {sh} + sy) * {sw};")
+        if lo > 0:
+            cw.line(f"memset(d, 0, {lo} * sizeof(*d));")
+        if hi > lo:
+            cw.line(f"memcpy(d + {lo}, s + {lo + p.omin[1]}, {hi - lo} * sizeof(*d));")
+        if hi < p.wp:
+            cw.line(f"memset(d + {max(hi, lo)}, 0, {p.wp - max(hi, lo)} * sizeof(*d));")
+    cw.line("#pragma omp for schedule(static)",
+            f"for (int64_t e = 0; e < {p.slack}; e++) xp[(int64_t){p.chans} * NB * "
+            f"{p.hp * p.wp} + e] = 0;")
+
+
+def implicit_ok(strides: Sequence[int], out: Sequence[int], kdims: Sequence[int],
+                dil: Sequence[int], filter_grad: bool) -> bool:
+    """True when a kernel takes the implicit path: two spatial axes at unit stride, and (for a
+    convolution, which computes the padded planes' extra columns too) little waste."""
+    if len(out) != 2 or any(s != 1 for s in strides):
+        return False
+    hp = out[0] + (kdims[0] - 1) * dil[0]
+    wp = out[1] + (kdims[1] - 1) * dil[1]
+    return filter_grad or hp * wp <= WASTE * out[0] * out[1]
+
+
+MIN_K = 32  # a convolution whose sums are shorter reads faster from an im2col buffer
+
+
+def emit_convolution_implicit(k: Kernel, t: CType, fwd: bool, flip: bool, g: int,
+                              chans: tuple[int, int], dims: tuple[list[int], list[int], list[int]],
+                              axes: Sequence[tuple[int, int, int]], has_bias: bool) -> None:
+    """A unit-stride 2-D convolution (either direction) as one product per group and chunk of
+    positions, reading the input with zero borders at each tap's shift: no im2col buffer.
+
+    Forward, tap ``k`` of output ``u`` reads input ``u + k*d - sp``; backward (unit stride)
+    output ``u`` receives tap ``k`` from input ``u + sp - k*d``, the taps in reversed order (as
+    ``_phases`` with one phase). Positions run over the padded planes (``wp`` columns per row,
+    ``hp`` rows per image); the extra ones are computed and dropped."""
+    node = k.node
+    x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    xp_, wp, yp = k.param(x), k.param(w), k.param(y)
+    bp = k.param(node.inputs[2]) if has_bias else None
+    ci, co = chans
+    xs, ys, ks = dims
+    cig, cog = ci // g, co // g
+    kplane = math.prod(ks)
+    kg = cig * kplane
+    order = range(kplane) if fwd else range(kplane - 1, -1, -1)
+    taps = [(tn // ks[1], tn % ks[1]) for tn in order]
+    sign = 1 if fwd else -1
+    shifts = [(sign * (k0 * axes[0][1] - axes[0][2]), sign * (k1 * axes[1][1] - axes[1][2]))
+              for k0, k1 in taps]
+    p = _padded(xp_, ci, xs, ys, shifts)
+    plane = p.hp * p.wp
+    tr = cog < NARROW
+    cw = k.code
+    cw.line(f"const int64_t NB = {k.dims.expr(x.type.shape[0])};",
+            f"const int64_t MT = NB * {plane}, "
+            f"MC = {max(p.wp, (CHUNK // max(cog, 1)) // p.wp * p.wp)};")
+    alloc(cw, [("xp", t.store, p.size), ("ct", t.store, f"{cog} * MC"), ("ao", "int64_t", str(kg)),
+               ("so", "int64_t", str(kg)), ("wr", "int64_t", str(cog)), ("id", "int64_t", "MC")])
+    # kk = (channel, tap in the reference's order): the filter element, and the input shift
+    with cw.block(f"for (int64_t kk = 0; kk < {kg}; kk++)"):
+        tl = ", ".join(str(tn) for tn in order)
+        sl = ", ".join(str(p.at(*s)) for s in shifts)
+        cw.line(f"static const int64_t TAP[{kplane}] = {{{tl}}};",
+                f"static const int64_t SHIFT[{kplane}] = {{{sl}}};",
+                f"const int64_t cl = kk / {kplane}, j = kk % {kplane};",
+                f"const int64_t e = {f'{kplane - 1} - TAP[j]' if flip else 'TAP[j]'};",
+                f"ao[kk] = cl * {kplane if fwd else cog * kplane} + e;",
+                f"so[kk] = cl * {p.chan()} + SHIFT[j];")
+    _k_offsets(cw, "wr", str(cog), str(kg) if fwd else str(kplane))
+    _k_offsets(cw, "id", "MC", "1")
+    wstride = cog * kg
+    work = f"(double)MT * {co * kg}"
+    cw.line(f"#pragma omp parallel num_threads(nt) if({work} > GC_PAR_MIN)")
+    with cw.block():
+        _fill_padded(cw, t, p)
+        with cw.block("for (int64_t m0 = 0; m0 < MT; m0 += MC)"):
+            cw.line("const int64_t mc = MT - m0 < MC ? MT - m0 : MC;")
+            with cw.block(f"for (int64_t grp = 0; grp < {g}; grp++)"):
+                w_ = f"{wp} + grp * {wstride}"
+                a_ = f"xp + grp * {cig} * {p.chan()} + m0"
+                if tr:
+                    gemm(cw, t, "mc", cog, str(kg), (a_, "id", "so"), (w_, "ao", "wr"),
+                         ("ct", str(cog)), "1")
+                else:
+                    gemm(cw, t, str(cog), "mc", str(kg), (w_, "wr", "ao"), (a_, "so", "NULL"),
+                         ("ct", "mc"), "1")
+                cw.line("#pragma omp for schedule(static)")
+                with cw.block(f"for (int64_t orow = 0; orow < {cog} * (mc / {p.wp}); orow++)"):
+                    cw.line(f"const int64_t o = orow / (mc / {p.wp}), rr = orow % (mc / {p.wp});",
+                            f"const int64_t row = m0 / {p.wp} + rr, img = row / {p.hp}, "
+                            f"yy = row % {p.hp};",
+                            f"if (yy >= {ys[0]}) continue;",
+                            f"{t.store} *dst = {yp} + ((img * {co} + grp * {cog} + o) * {ys[0]} + "
+                            f"yy) * {ys[1]};")
+                    src = (f"ct[(rr * {p.wp} + q) * {cog} + o]" if tr else
+                           f"ct[o * mc + rr * {p.wp} + q]")
+                    b = f" + {bp}[grp * {cog} + o]" if bp else ""
+                    cw.line(f"for (int64_t q = 0; q < {ys[1]}; q++) dst[q] = {src}{b};")
+    cw.line(*(f"free({n});" for n in ("xp", "ct", "ao", "so", "wr", "id")))
+
+
+def emit_filter_grad_implicit(k: Kernel, t: CType, flip: bool, g: int, it_ptr: str, ot_ptr: str,
+                              chans: tuple[int, int],
+                              dims: tuple[list[int], list[int], list[int]],
+                              axes: Sequence[tuple[int, int, int]], f1n: int) -> None:
+    """A unit-stride 2-D filter gradient, per group ``dW^T = X @ it^T`` over every (image,
+    position) of the iterated tensor: ``X`` reads the other tensor with zero borders at each
+    tap's shift ``k*d - sp`` (no im2col buffer, never copied), and ``it`` is transposed once
+    into rows of its ``ca`` channels (the packed side, copied contiguously per block)."""
+    node = k.node
+    x, dw = node.inputs[0], node.outputs[0]
+    wp = k.param(dw)
+    c_it, c_ot = chans
+    ms, ns, ks = dims
+    kplane = math.prod(ks)
+    ca = c_it // g
+    ncol = f1n * kplane
+    mplane = ms[0] * ms[1]
+    taps = [(tn // ks[1], tn % ks[1]) for tn in range(kplane)]
+    shifts = [(k0 * axes[0][1] - axes[0][2], k1 * axes[1][1] - axes[1][2]) for k0, k1 in taps]
+    p = _padded(ot_ptr, c_ot, ns, ms, shifts)
+    cw = k.code
+    cw.line(f"const int64_t NB = {k.dims.expr(x.type.shape[0])}, KT = NB * {mplane};")
+    nr = NR[t.acc]
+    cap = -(-ca // nr) * nr  # it's channels, in whole panels
+    bufs = [("xp", t.store, p.size), ("itt", t.store, f"{g * cap} * KT"),
+            ("kx", "int64_t", "KT"), ("xr", "int64_t", str(ncol)),
+            ("dwt", t.store, str(g * ncol * ca))]
+    alloc(cw, bufs)
+    # row (f1, e) of dW^T: filter element e, tap e (or its flip), read at the tap's shift
+    with cw.block(f"for (int64_t c = 0; c < {ncol}; c++)"):
+        sl = ", ".join(str(p.at(*s)) for s in shifts)
+        cw.line(f"static const int64_t SHIFT[{kplane}] = {{{sl}}};",
+                f"const int64_t e = c % {kplane};",
+                f"xr[c] = c / {kplane} * {p.chan()} + "
+                f"SHIFT[{f'{kplane - 1} - e' if flip else 'e'}];")
+    work = f"(double)KT * {c_it * ncol}"
+    cw.line(f"#pragma omp parallel num_threads(nt) if({work} > GC_PAR_MIN)")
+    with cw.block():
+        _fill_padded(cw, t, p)
+        # k = (image, position), ascending: the reference's order
+        cw.line("#pragma omp for schedule(static)")
+        with cw.block("for (int64_t q = 0; q < KT; q++)"):
+            cw.line(f"const int64_t n = q / {mplane}, pos = q % {mplane};",
+                    f"kx[q] = n * {p.hp * p.wp} + pos / {ms[1]} * {p.wp} + pos % {ms[1]};",
+                    f"const {t.store} *s = {it_ptr} + n * {c_it * mplane} + pos;")
+            # it^T, packed as the gemm packs B: per group, panels of NR channels, q, channel
+            with cw.block(f"for (int64_t f = 0; f < {g * cap}; f++)"):
+                cw.line(f"const int64_t grp = f / {cap}, fc = f % {cap};",
+                        f"itt[((grp * {cap // nr} + fc / {nr}) * KT + q) * {nr} + fc % {nr}] = "
+                        f"fc < {ca} ? s[(grp * {ca} + fc) * {mplane}] : 0;")
+        with cw.block(f"for (int64_t grp = 0; grp < {g}; grp++)"):
+            gemm(cw, t, str(ncol), ca, "KT", (f"xp + grp * {f1n} * {p.chan()}", "xr", "kx"),
+                 (f"itt + grp * KT * {cap}", "NULL", "NULL"),
+                 (f"dwt + grp * {ncol * ca}", str(ca)), "1", packed=True)
+        cw.line("#pragma omp for schedule(static)")
+        with cw.block(f"for (int64_t e = 0; e < {g * ca}; e++)"):
+            cw.line(f"const int64_t grp = e / {ca}, f0 = e % {ca};",
+                    f"for (int64_t c = 0; c < {ncol}; c++) {wp}[e * {ncol} + c] = "
+                    f"dwt[(grp * {ncol} + c) * {ca} + f0];")
+    cw.line(*(f"free({name});" for name, _, _ in bufs))

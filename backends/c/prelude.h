@@ -227,8 +227,9 @@ static inline void gc_axis_taps(int64_t nc, int64_t n, float scale, float ipo, f
  * computes. Both operands are read where they lie, through tables of offsets:
  * A[m, k] = A[amo[m] + aoff[k]] and B[k, n] = B[boff[k] + bno[n]] (bno NULL: bno[n] = n) -- a
  * filter in any layout a convolution reads it, an input with zero borders read at each tap's
- * shift (implicit im2col), a cotangent across images. A is never copied; B is packed per block.
- * C is row-major with row stride ldc.
+ * shift (implicit im2col), a cotangent across images. A is never copied; B is packed per block,
+ * unless bpk says it is packed already: panel-major, B[((n / NR) * K + k) * NR + n % NR], zero
+ * past N, 64-byte aligned (boff and bno are then not read). C is row-major, row stride ldc.
  *
  * A job is (panel of NR columns, chunk of GC_MC rows); the jobs are shared by an orphaned
  * `omp for` among the threads of the enclosing parallel region (serially outside one), with
@@ -237,6 +238,13 @@ static inline void gc_axis_taps(int64_t nc, int64_t n, float scale, float ipo, f
  * registers over the block (rows past M repeat the last row and are dropped). The tile is
  * GC_MR x 1 vector (8 x 16 floats): measured on AMD Zen 4 (AVX-512), it runs at 150-200
  * GFLOP/s on 2 cores where 8 x 2 vectors ran at 130-150 (the macro takes NV = 1 or 2). */
+GC_INLINE int gc_threads(void) {  /* threads of the enclosing parallel region */
+#ifdef _OPENMP
+  return omp_get_num_threads();
+#else
+  return 1;
+#endif
+}
 #define GC_MR 8
 #ifndef GC_MC
 #define GC_MC 256
@@ -256,20 +264,25 @@ static inline void gc_axis_taps(int64_t nc, int64_t n, float scale, float ipo, f
 static inline __attribute__((unused)) void NAME(                                               \
     int64_t M, int64_t N, int64_t K, const T *restrict A, const int64_t *restrict amo,         \
     const int64_t *restrict aoff, const T *restrict B, const int64_t *restrict boff,           \
-    const int64_t *restrict bno, T *restrict C, int64_t ldc, int zero_c) {                     \
+    const int64_t *restrict bno, T *restrict C, int64_t ldc, int zero_c, int bpk) {        \
   enum { NR = NV * LANES, GV = NV, GL = LANES };                                               \
-  const int64_t NP = (N + NR - 1) / NR, NMC = (M + GC_MC - 1) / GC_MC, J = NP * NMC;           \
+  const int64_t NP = (N + NR - 1) / NR;                                                        \
+  int64_t mcs = GC_MC; /* smaller row chunks when there are too few jobs for the threads */    \
+  while (mcs > GC_MR && NP * ((M + mcs - 1) / mcs) < 2 * (int64_t)gc_threads())                \
+    mcs = (mcs / 2 + GC_MR - 1) / GC_MR * GC_MR;                                               \
+  const int64_t NMC = (M + mcs - 1) / mcs, J = NP * NMC;                                       \
   _Pragma("omp for schedule(static)")                                                          \
   for (int64_t job = 0; job < J; job++) {                                                      \
-    const int64_t n0 = job / NMC * NR, m0 = job % NMC * GC_MC;                                 \
-    const int64_t nb = N - n0 < NR ? N - n0 : NR, mb = M - m0 < GC_MC ? M - m0 : GC_MC;        \
-    _Alignas(64) T bp[GC_KC * NR];                                                             \
+    const int64_t n0 = job / NMC * NR, m0 = job % NMC * mcs;                                   \
+    const int64_t nb = N - n0 < NR ? N - n0 : NR, mb = M - m0 < mcs ? M - m0 : mcs;            \
+    _Alignas(64) T bpbuf[GC_KC * NR];                                                      \
     _Alignas(64) T tile[GC_MR * NR];                                                           \
     for (int64_t k0 = 0; k0 < K; k0 += GC_KC) {                                                \
       const int64_t kb = K - k0 < GC_KC ? K - k0 : GC_KC;                                      \
-      for (int64_t kk = 0; kk < kb; kk++) {                                                    \
+      const T *bp = bpk ? B + (n0 / NR * K + k0) * NR : bpbuf;                             \
+      for (int64_t kk = 0; kk < kb && !bpk; kk++) {                                        \
         const T *s = B + boff[k0 + kk];                                                        \
-        T *d = bp + kk * NR;                                                                   \
+        T *d = bpbuf + kk * NR;                                                            \
         if (!bno) for (int64_t j = 0; j < nb; j++) d[j] = s[n0 + j];                           \
         else for (int64_t j = 0; j < nb; j++) d[j] = s[bno[n0 + j]];                           \
         for (int64_t j = nb; j < NR; j++) d[j] = 0;                                            \
