@@ -90,6 +90,7 @@ def test_gemm_path_is_bit_identical_to_the_reference(dtype, chunk, narrow, impli
     monkeypatch.setattr(conv_gemm, "NARROW", narrow)
     if implicit:
         monkeypatch.setattr(conv_gemm, "WASTE", 1e9)
+        monkeypatch.setattr(conv_gemm, "FG_PLANE", 0)
     else:
         monkeypatch.setattr(conv_gemm, "implicit_ok", lambda *a: False)
     rng = np.random.default_rng((7 if dtype is F32 else 8) + 10 * implicit)

@@ -227,7 +227,7 @@ def emit_convolution_filter_grad(k: Kernel) -> None:
         conv_gemm.finite_check(k.code, t, itp, k.dims.prod(it.type.shape))
         with k.code.block("if (!nonfinite)"):
             emit = (conv_gemm.emit_filter_grad_implicit
-                    if conv_gemm.implicit_ok(a["strides"], ms, ks, a["dilations"], True)
+                    if conv_gemm.implicit_ok(a["strides"], ms, ks, a["dilations"], True, ca)
                     else conv_gemm.emit_filter_grad)
             emit(k, t, a["mode"] == "convolution", g, itp, otp, (c_it, c_ot), (ms, ns, ks),
                  [(a["strides"][i], a["dilations"][i], a["start_padding"][i]) for i in range(nd)],

@@ -450,6 +450,7 @@ def emit_convolution_backward(k: Kernel, t: CType, flip: bool, g: int, chans: tu
 # -- implicit im2col: unit strides on two spatial axes ----------------------------------------
 
 WASTE = 1.5  # implicit convolution when padded planes exceed the output planes at most this much
+FG_PLANE = 128  # implicit filter gradient over planes of at least this many positions
 
 
 @dataclass
@@ -512,14 +513,20 @@ def _fill_padded(cw: CWriter, t: CType, p: _Padded) -> None:
 
 
 def implicit_ok(strides: Sequence[int], out: Sequence[int], kdims: Sequence[int],
-                dil: Sequence[int], filter_grad: bool) -> bool:
-    """True when a kernel takes the implicit path: two spatial axes at unit stride, and (for a
-    convolution, which computes the padded planes' extra columns too) little waste."""
+                dil: Sequence[int], filter_grad: bool, rows: int = 0) -> bool:
+    """True when a kernel takes the implicit path: two spatial axes at unit stride, and
+
+    - a convolution, which computes the padded planes' extra columns too, wastes little;
+    - a filter gradient (``rows`` = its channels per group) sums over planes of at least
+      ``FG_PLANE`` positions, or has few channels: with short sums and large filters, the
+      transposed product's final transpose of dW costs more than the im2col product."""
     if len(out) != 2 or any(s != 1 for s in strides):
         return False
+    if filter_grad:
+        return out[0] * out[1] >= FG_PLANE or rows < NARROW
     hp = out[0] + (kdims[0] - 1) * dil[0]
     wp = out[1] + (kdims[1] - 1) * dil[1]
-    return filter_grad or hp * wp <= WASTE * out[0] * out[1]
+    return hp * wp <= WASTE * out[0] * out[1]
 
 
 MIN_K = 32  # a convolution whose sums are shorter reads faster from an im2col buffer
