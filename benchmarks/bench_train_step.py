@@ -29,7 +29,7 @@ PyTorch's own OpenMP runtime, onnxruntime's and OpenBLAS's pools slowed each oth
 (warm-up); its loss is compared with PyTorch's first loss ("first-loss diff": |gradc -
 PyTorch|, same initial weights). The peers are then timed in interleaved rounds: per round and
 peer, one untimed step then ``--steps`` timed steps, the order rotating from round to round
-(as benchmarks/bench_models.py), so that a drift of the machine reaches all peers alike.
+(as benchmarks/bench_grads.py), so that a drift of the machine reaches all peers alike.
 Every peer makes the same number of steps, so the loss of the last step is compared too
 ("last-loss diff": float32 rounding in other orders grows with the steps; mobilenet_v2's
 training is so sensitive that PyTorch float32 and float64 differ by 0.1 within 4 steps).
@@ -77,7 +77,7 @@ import gradc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import real_models as rm  # noqa: E402  (tests/ is not a package)
-from bench_models import load, machine  # noqa: E402  (the same facts, one place)
+from bench_grads import load, machine  # noqa: E402  (the same facts, one place)
 
 logging.getLogger("torch.onnx").setLevel(logging.ERROR)
 
