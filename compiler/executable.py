@@ -142,6 +142,7 @@ class Executable:
         self.parameters: dict[str, np.ndarray] = {p.name: p.value for p in graph.parameters
                                                   if p.value is not None}
         self._signature = parameters_as_inputs(graph)
+        self._sizes_ok: set[tuple] = set()  # bindings whose value sizes passed check_sizes
 
     def __call__(self, /, **arrays: Any) -> dict[str, np.ndarray]:
         # `self` is positional-only, so an input may be named "self" (any name is an input).
@@ -153,7 +154,13 @@ class Executable:
                 # caller passes the array to update (gradc.Trainer does).
                 arrays[name] = value.copy() if name in overwritten else value
         bindings = bind_inputs(self._signature, arrays, self._shapes, self._contiguous)
-        check_sizes(self._signature, bindings, memory_limit())
+        # The sizes follow from the bindings alone: checked once per set of bindings (a
+        # training loop calls with the same shapes every step).
+        key = tuple(sorted(bindings.items()))
+        if key not in self._sizes_ok:
+            check_sizes(self._signature, bindings, memory_limit())
+            if len(self._sizes_ok) < 64:
+                self._sizes_ok.add(key)
         try:
             return self._runner(arrays, bindings)
         except MemoryError:

@@ -49,6 +49,8 @@ class CRunner:
         self.outputs = outputs
         self.threads = threads or 0
         self.in_place = dict(in_place or {})  # output index -> input index it overwrites
+        self._in_names = [v.name for v in inputs]
+        self._ptrs = ctypes.c_void_p * max(1, len(inputs) + len(outputs))
 
     def _shape(self, v: Value, bindings: Mapping[str, int]) -> tuple[int, ...]:
         return tuple(bindings[d] if isinstance(d, str) else d for d in v.type.shape)
@@ -60,13 +62,12 @@ class CRunner:
             raise InputError(f"symbol {missing[0]!r}: expected a value (from an input's shape "
                              f"or compile(shapes=...)), got none")
         sym = np.array([bindings[s] for s in self.symbols] or [0], dtype=np.int64)
-        ins = [arrays[v.name] for v in self.inputs]
+        ins = [arrays[name] for name in self._in_names]
         # An output granted in place is the input array itself, updated by the call.
         outs = [ins[self.in_place[j]] if j in self.in_place else
                 _aligned_empty(self._shape(v, bindings), v.type.dtype.numpy)
                 for j, v in enumerate(self.outputs)]
-        ptrs = (ctypes.c_void_p * max(1, len(ins) + len(outs)))(
-            *[a.ctypes.data for a in ins + outs])
+        ptrs = self._ptrs(*[a.ctypes.data for a in ins + outs])
         if self.arena_bytes and self._arena_lock.acquire(blocking=False):
             try:
                 if self._arena is None:
