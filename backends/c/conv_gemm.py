@@ -193,7 +193,7 @@ def emit_convolution(k: Kernel, t: CType, flip: bool, g: int,
     tr = cog < NARROW
     cw = k.code
     cw.line(f"const int64_t RT = {rows}, R = {_rows_per_chunk(ci * kplane, L, 'RT')}, "
-            f"NCMAX = R * {L};")
+            f"NCMAX = R * {L} + {SKEW};")
     alloc(cw, [("col", t.store, f"{ci * kplane} * NCMAX"), ("ct", t.store, f"{cog} * NCMAX"),
                ("ao", "int64_t", f"{kg}"), ("bo", "int64_t", f"{kg}"),
                ("wr", "int64_t", f"{cog}"), ("id", "int64_t", "NCMAX")])
@@ -257,7 +257,7 @@ def emit_filter_grad(k: Kernel, t: CType, flip: bool, g: int, it_ptr: str, ot_pt
     tr = ca < NARROW
     cw = k.code
     cw.line(f"const int64_t RT = {rows}, R = {_rows_per_chunk(c_ot * kplane, L, 'RT')}, "
-            f"NCMAX = R * {L};")
+            f"NCMAX = R * {L} + {SKEW};")
     bufs = [("col", t.store, f"{c_ot * kplane} * NCMAX"), ("ao", "int64_t", "NCMAX"),
             ("jo", "int64_t", "NCMAX"), ("fr", "int64_t", str(ca)), ("cr", "int64_t", str(ncol))]
     if tr:
@@ -359,7 +359,7 @@ def emit_convolution_backward(k: Kernel, t: CType, flip: bool, g: int, chans: tu
     ncmax = max(r * grid[-1] for r, (_, grid, _) in zip(chunk_rows, phases))
     kmax = max(len(taps) for _, _, taps in phases)
     tr = cog < NARROW
-    cw.line(f"const int64_t NCMAX = {ncmax};")
+    cw.line(f"const int64_t NCMAX = {ncmax + SKEW};")
     alloc(cw, [("col", t.store, f"{ci * max(1, kmax)} * NCMAX"), ("ct", t.store, f"{cog} * NCMAX"),
                ("ao", "int64_t", f"{cig * max(1, kmax)}"),
                ("bo", "int64_t", f"{cig * max(1, kmax)}"), ("wr", "int64_t", f"{cog}"),
@@ -451,6 +451,7 @@ def emit_convolution_backward(k: Kernel, t: CType, flip: bool, g: int, chans: tu
 
 WASTE = 1.5  # implicit convolution when padded planes exceed the output planes at most this much
 FG_PLANE = 128  # implicit filter gradient over planes of at least this many positions
+SKEW = 16  # elements between the channels of a padded copy (64+ bytes: other cache sets)
 
 
 @dataclass
@@ -470,11 +471,12 @@ class _Padded:
 
     @property
     def size(self) -> str:
-        return f"(int64_t){self.chans} * NB * {self.hp * self.wp} + {self.slack}"
+        return f"(int64_t){self.chans} * ({self.chan()}) + {self.slack}"
 
     def chan(self) -> str:
-        """Elements from one channel to the next."""
-        return f"NB * {self.hp * self.wp}"
+        """Elements from one channel to the next: the planes, plus a gap of ``SKEW`` so that
+        rows of a product that lie in different channels do not share L1 cache sets."""
+        return f"NB * {self.hp * self.wp} + {SKEW}"
 
     def at(self, o0: int, o1: int) -> int:
         """The offset of tap shift (o0, o1) within a plane."""
@@ -496,7 +498,10 @@ def _fill_padded(cw: CWriter, t: CType, p: _Padded) -> None:
     with cw.block(f"for (int64_t cr = 0; cr < {p.chans} * NB * {p.hp}; cr++)"):
         cw.line(f"const int64_t c = cr / (NB * {p.hp}), n = cr / {p.hp} % NB, "
                 f"yy = cr % {p.hp};",
-                f"{t.store} *d = xp + cr * {p.wp};", f"const int64_t sy = yy + {p.omin[0]};")
+                f"{t.store} *d = xp + c * ({p.chan()}) + (n * {p.hp} + yy) * {p.wp};",
+                f"const int64_t sy = yy + {p.omin[0]};")
+        with cw.block("if (n == 0 && yy == 0 && c > 0)"):  # the gap before this channel
+            cw.line(f"memset(d - {SKEW}, 0, {SKEW} * sizeof(*d));")
         with cw.block(f"if (sy < 0 || sy >= {sh})"):
             cw.line(f"memset(d, 0, {p.wp} * sizeof(*d));", "continue;")
         lo, hi = max(0, -p.omin[1]), min(p.wp, sw - p.omin[1])
@@ -508,8 +513,8 @@ def _fill_padded(cw: CWriter, t: CType, p: _Padded) -> None:
         if hi < p.wp:
             cw.line(f"memset(d + {max(hi, lo)}, 0, {p.wp - max(hi, lo)} * sizeof(*d));")
     cw.line("#pragma omp for schedule(static)",
-            f"for (int64_t e = 0; e < {p.slack}; e++) xp[(int64_t){p.chans} * NB * "
-            f"{p.hp * p.wp} + e] = 0;")
+            f"for (int64_t e = 0; e < {p.slack} + {SKEW}; e++) xp[(int64_t){p.chans} * "
+            f"({p.chan()}) - {SKEW} + e] = 0;")
 
 
 def implicit_ok(strides: Sequence[int], out: Sequence[int], kdims: Sequence[int],
@@ -649,15 +654,26 @@ def emit_filter_grad_implicit(k: Kernel, t: CType, flip: bool, g: int, it_ptr: s
         _fill_padded(cw, t, p)
         # k = (image, position), ascending: the reference's order
         cw.line("#pragma omp for schedule(static)")
-        with cw.block("for (int64_t q = 0; q < KT; q++)"):
-            cw.line(f"const int64_t n = q / {mplane}, pos = q % {mplane};",
-                    f"kx[q] = n * {p.hp * p.wp} + pos / {ms[1]} * {p.wp} + pos % {ms[1]};",
-                    f"const {t.store} *s = {it_ptr} + n * {c_it * mplane} + pos;")
-            # it^T, packed as the gemm packs B: per group, panels of NR channels, q, channel
+        with cw.block(f"for (int64_t r = 0; r < NB * {ms[0]}; r++)"):  # (image, row)
+            cw.line(f"const int64_t n = r / {ms[0]}, y = r % {ms[0]};",
+                    f"for (int64_t u = 0; u < {ms[1]}; u++) kx[r * {ms[1]} + u] = "
+                    f"(n * {p.hp} + y) * {p.wp} + u;")
+        # it^T, packed as the gemm packs B: per group, panels of NR channels, q, channel; in
+        # blocks of 64 positions of one image (reads along planes, writes within a few lines)
+        nblk = -(-mplane // 64)
+        cw.line("#pragma omp for schedule(static)")
+        with cw.block(f"for (int64_t b = 0; b < NB * {nblk}; b++)"):
+            cw.line(f"const int64_t n = b / {nblk}, p0 = b % {nblk} * 64;",
+                    f"const int64_t pe = {mplane} - p0 < 64 ? {mplane} : p0 + 64;")
             with cw.block(f"for (int64_t f = 0; f < {g * cap}; f++)"):
                 cw.line(f"const int64_t grp = f / {cap}, fc = f % {cap};",
-                        f"itt[((grp * {cap // nr} + fc / {nr}) * KT + q) * {nr} + fc % {nr}] = "
-                        f"fc < {ca} ? s[(grp * {ca} + fc) * {mplane}] : 0;")
+                        f"{t.store} *d = itt + ((grp * {cap // nr} + fc / {nr}) * KT + "
+                        f"n * {mplane}) * {nr} + fc % {nr};")
+                with cw.block(f"if (fc >= {ca})"):
+                    cw.line(f"for (int64_t q = p0; q < pe; q++) d[q * {nr}] = 0;", "continue;")
+                cw.line(f"const {t.store} *s = {it_ptr} + (n * {c_it} + grp * {ca} + fc) * "
+                        f"{mplane};",
+                        f"for (int64_t q = p0; q < pe; q++) d[q * {nr}] = s[q];")
         with cw.block(f"for (int64_t grp = 0; grp < {g}; grp++)"):
             gemm(cw, t, str(ncol), ca, "KT", (f"xp + grp * {f1n} * {p.chan()}", "xr", "kx"),
                  (f"itt + grp * KT * {cap}", "NULL", "NULL"),
