@@ -476,7 +476,7 @@ class _Padded:
     def chan(self) -> str:
         """Elements from one channel to the next: the planes, plus a gap of ``SKEW`` so that
         rows of a product that lie in different channels do not share L1 cache sets."""
-        return f"NB * {self.hp * self.wp} + {SKEW}"
+        return f"(NB * {self.hp * self.wp} + {SKEW})"
 
     def at(self, o0: int, o1: int) -> int:
         """The offset of tap shift (o0, o1) within a plane."""
