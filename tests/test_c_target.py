@@ -620,3 +620,17 @@ def test_random_training_graphs(cache, seed, n_ops):
         assert got.keys() == want.keys()
         for k in want:
             assert_bits(got[k], want[k], nan_payload=False)
+
+
+def test_clip_grad_condition_vectorizes_correctly(cache):
+    """A generated graph (graphgen seed 944, 6 ops) on which GCC 12 -O3 -march=native
+    miscompiled clip_grad's ``x <= lo || x >= hi`` in a vectorized 12 x 2 loop nest (fused with
+    relu and a broadcast multiply): half the passing gradients came out 0. The condition is now
+    written with ``|``; the C target must match the reference bit for bit."""
+    from graphgen import make_graph
+
+    case = make_graph(944, 6)
+    want = gradc.compile(case.graph, target="reference", passes=None)(**case.feeds)
+    got = gradc.compile(case.graph, target="c", cache_dir=cache)(**case.feeds)
+    for k in want:
+        assert_bits(got[k], want[k], nan_payload=False)

@@ -97,7 +97,7 @@ def _extremum(op: str) -> Scalar:
         x, y = _w(t, a[0]), _w(t, a[1])
         pick = f"{x} {op} {y}"
         if t.is_float:
-            pick = f"{pick} || {y} != {y}"
+            pick = f"({pick}) | ({y} != {y})"  # `|`, not `||`: see scalar.clip_grad
         return f"(({pick}) ? {a[0]} : {a[1]})"
     return emit
 

@@ -79,7 +79,10 @@ def clip_grad(node: Node, a: list[str]) -> str:
     t = _t(node)
     x = widen(t, a[0])
     lo, hi = _bound(t, node.attrs["min"]), _bound(t, node.attrs["max"])
-    return f"(({x} <= {lo} || {x} >= {hi}) ? {_zero(t)} : {a[1]})"
+    # `|` of the two comparisons, not `||`: GCC 12 at -O3 with AVX2/AVX-512 miscompiled the
+    # short-circuit form inside a vectorized loop nest (gradient zeroed where it passes;
+    # tests/test_c_target.py::test_clip_grad_condition_vectorizes_correctly)
+    return f"((({x} <= {lo}) | ({x} >= {hi})) ? {_zero(t)} : {a[1]})"
 
 
 def _binary(op: str) -> Scalar:

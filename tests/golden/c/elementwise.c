@@ -32,7 +32,7 @@ static int k0(const int64_t *restrict S, int nt, float *restrict p0, uint16_t *r
           const float t2 = p3[i];
           const float t3 = (t1 * t2);
           const float t4 = (t0 > 0 ? t3 : (0x0.0p+0f));
-          const float t5 = ((t0 <= (-0x1.0000000000000p+0f) || t0 >= (0x1.0000000000000p+0f)) ? (0x0.0p+0f) : t4);
+          const float t5 = (((t0 <= (-0x1.0000000000000p+0f)) | (t0 >= (0x1.0000000000000p+0f))) ? (0x0.0p+0f) : t4);
           const uint16_t t6 = gc_f2h((float)(t4));
           s0[gj] = t5;
           s1[gj] = t6;
@@ -48,7 +48,7 @@ static int k0(const int64_t *restrict S, int nt, float *restrict p0, uint16_t *r
       const float t2 = p3[i];
       const float t3 = (t1 * t2);
       const float t4 = (t0 > 0 ? t3 : (0x0.0p+0f));
-      const float t5 = ((t0 <= (-0x1.0000000000000p+0f) || t0 >= (0x1.0000000000000p+0f)) ? (0x0.0p+0f) : t4);
+      const float t5 = (((t0 <= (-0x1.0000000000000p+0f)) | (t0 >= (0x1.0000000000000p+0f))) ? (0x0.0p+0f) : t4);
       const uint16_t t6 = gc_f2h((float)(t4));
       p0[i] = t5;
       p1[i] = t6;
@@ -61,7 +61,7 @@ static int k0(const int64_t *restrict S, int nt, float *restrict p0, uint16_t *r
       const float t2 = p3[i];
       const float t3 = (t1 * t2);
       const float t4 = (t0 > 0 ? t3 : (0x0.0p+0f));
-      const float t5 = ((t0 <= (-0x1.0000000000000p+0f) || t0 >= (0x1.0000000000000p+0f)) ? (0x0.0p+0f) : t4);
+      const float t5 = (((t0 <= (-0x1.0000000000000p+0f)) | (t0 >= (0x1.0000000000000p+0f))) ? (0x0.0p+0f) : t4);
       const uint16_t t6 = gc_f2h((float)(t4));
       p0[i] = t5;
       p1[i] = t6;

@@ -31,7 +31,7 @@ static int k0(const int64_t *restrict S, int nt, float *restrict p0, const float
           for (int64_t j = 0; j < 4; j++) {
             {
               const float e0 = p3[(ob + j)];
-              const float e1 = ((e0 <= (-0x1.0000000000000p+0f) || e0 >= (0x1.0000000000000p+0f)) ? (0x0.0p+0f) : (0x0.0p+0f));
+              const float e1 = (((e0 <= (-0x1.0000000000000p+0f)) | (e0 >= (0x1.0000000000000p+0f))) ? (0x0.0p+0f) : (0x0.0p+0f));
               p0[ob + j] = e1;
             }
           }
@@ -39,7 +39,7 @@ static int k0(const int64_t *restrict S, int nt, float *restrict p0, const float
           for (int64_t j = 0; j < (0 + 4 - 1 - 1 * (4 - 1)); j++) {
             {
               const float e0 = p3[(ob + j)];
-              const float e1 = ((e0 <= (-0x1.0000000000000p+0f) || e0 >= (0x1.0000000000000p+0f)) ? (0x0.0p+0f) : (0x0.0p+0f));
+              const float e1 = (((e0 <= (-0x1.0000000000000p+0f)) | (e0 >= (0x1.0000000000000p+0f))) ? (0x0.0p+0f) : (0x0.0p+0f));
               p0[ob + j] = e1;
             }
           }
@@ -49,14 +49,14 @@ static int k0(const int64_t *restrict S, int nt, float *restrict p0, const float
               const float a1 = p2[(yb + (4 - 1 - q))];
               const float a2 = (a0 > 0 ? a1 : (0x0.0p+0f));
               const float e0 = p3[(ob + ((0 + 4 - 1 - 1 * (4 - 1)) + q))];
-              const float e1 = ((e0 <= (-0x1.0000000000000p+0f) || e0 >= (0x1.0000000000000p+0f)) ? (0x0.0p+0f) : a2);
+              const float e1 = (((e0 <= (-0x1.0000000000000p+0f)) | (e0 >= (0x1.0000000000000p+0f))) ? (0x0.0p+0f) : a2);
               p0[ob + ((0 + 4 - 1 - 1 * (4 - 1)) + q)] = e1;
             }
           }
           for (int64_t j = ((0 + 4 - 1 - 1 * (4 - 1)) + 1 * (4 - 1) + 1); j < 4; j++) {
             {
               const float e0 = p3[(ob + j)];
-              const float e1 = ((e0 <= (-0x1.0000000000000p+0f) || e0 >= (0x1.0000000000000p+0f)) ? (0x0.0p+0f) : (0x0.0p+0f));
+              const float e1 = (((e0 <= (-0x1.0000000000000p+0f)) | (e0 >= (0x1.0000000000000p+0f))) ? (0x0.0p+0f) : (0x0.0p+0f));
               p0[ob + j] = e1;
             }
           }
