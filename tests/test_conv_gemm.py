@@ -66,10 +66,11 @@ def _graph(x, w, b, dy, f, batch):
     return g
 
 
-def _check(g, feeds):
+def _check(g, feeds, gemm=True):
     from gradc.backends.c.emit import generate
     source = generate(g).source
-    assert re.search(r"gc_gemm_f(32|64)\(", source)  # the gemm path is taken
+    if gemm:
+        assert re.search(r"gc_gemm_f(32|64)\(", source)  # the gemm path is taken
     want = gradc.compile(g, target="reference", passes=None)(**feeds)
     got = gradc.compile(g, target="c", passes=None)(**feeds)
     for name in want:
@@ -145,3 +146,38 @@ def test_gemm_path_compiles_without_warnings(tmp_path):
         g.output(ops.convolution(x, w, b, "convolution", direction, (2, 1), (1, 2), (1, 0),
                                  (0, 1), (1, 0) if direction == "backward" else None, 2), "y")
         assert_c_compiles_cleanly(gradc.grad(g), tmp_path)
+    g = gradc.Graph("wg_depthwise")
+    x = g.input("x", "float32", ("N", 6, 9, 9))
+    w = g.input("w", "float32", (6, 1, 3, 3))
+    g.output(ops.convolution(x, w, None, strides=(2, 1), start_padding=(1, 1),
+                             end_padding=(1, 1), group_count=6), "y")
+    assert_c_compiles_cleanly(gradc.grad(g), tmp_path)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_depthwise_filter_gradient_keeps_each_taps_order(dtype):
+    """Depthwise filter gradients (one channel per group, multiplier 1 or 2; strides,
+    dilations, padding, both directions and modes): every tap's sum in one pass, still the
+    reference's bits."""
+    rng = np.random.default_rng(21 if dtype is F32 else 22)
+    for i in range(8):
+        c, mult = int(rng.integers(2, 6)), int(rng.integers(1, 3))
+        fwd = bool(i % 2)
+        k, s, d = ([int(v) for v in rng.integers(1, hi, 2)] for hi in (4, 3, 3))
+        sp, ep = ([int(v) for v in rng.integers(0, 3, 2)] for _ in range(2))
+        spatial = [int(v) for v in rng.integers(3, 9, 2)]
+        spatial = [max(n, (k[j] - 1) * d[j] + 1) for j, n in enumerate(spatial)]
+        if fwd:
+            w = rng.standard_normal([c * mult, 1] + k)
+            op = [0, 0]
+        else:
+            w = rng.standard_normal([c, mult] + k)
+            op = [int(rng.integers(0, max(s[j], d[j]))) for j in range(2)]
+        f = dict(mode=("cross_correlation", "convolution")[i % 4 // 2],
+                 direction="forward" if fwd else "backward", strides=s, dilations=d,
+                 start_padding=sp, end_padding=ep, output_padding=op, group_count=c)
+        x = rng.standard_normal([2, c] + spatial)
+        y = oracle.convolution(x, w, None, f["mode"], f["direction"], s, d, sp, ep, op, c)
+        dy = rng.standard_normal(y.shape)
+        x, w, dy = (v.astype(dtype) for v in (x, w, dy))
+        _check(_graph(x, w, None, dy, f, "N"), {"x": x, "w": w, "dy": dy}, gemm=False)

@@ -223,6 +223,15 @@ def emit_convolution_filter_grad(k: Kernel) -> None:
     mplane, nplane, kplane = math.prod(ms), math.prod(ns), math.prod(ks)
     itp, otp, wp = k.param(it), k.param(other), k.param(dw)
     batch = k.dims.expr(x.type.shape[0])
+    if (conv_gemm.depthwise_ok(t, ca, nd) and min(ms + ns + ks) > 0
+            and math.prod(ks) <= conv_gemm.DEPTHWISE_TAPS):
+        conv_gemm.finite_check(k.code, t, itp, k.dims.prod(it.type.shape))
+        with k.code.block("if (!nonfinite)"):
+            conv_gemm.emit_filter_grad_depthwise(
+                k, t, a["mode"] == "convolution", g, itp, otp, (c_it, c_ot), (ms, ns, ks),
+                [(a["strides"][i], a["dilations"][i], a["start_padding"][i]) for i in range(nd)],
+                f1n)
+            k.code.line("return 0;")
     if conv_gemm.usable(t, ca) and min(ms + ns + ks) > 0:
         conv_gemm.finite_check(k.code, t, itp, k.dims.prod(it.type.shape))
         with k.code.block("if (!nonfinite)"):

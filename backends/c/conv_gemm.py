@@ -451,6 +451,7 @@ def emit_convolution_backward(k: Kernel, t: CType, flip: bool, g: int, chans: tu
 
 WASTE = 1.5  # implicit convolution when padded planes exceed the output planes at most this much
 FG_PLANE = 128  # implicit filter gradient over planes of at least this many positions
+DEPTHWISE_TAPS = 49  # depthwise filter gradients with up to this many taps: one chain per tap
 SKEW = 16  # elements between the channels of a padded copy (64+ bytes: other cache sets)
 
 
@@ -684,3 +685,60 @@ def emit_filter_grad_implicit(k: Kernel, t: CType, flip: bool, g: int, it_ptr: s
                     f"for (int64_t c = 0; c < {ncol}; c++) {wp}[e * {ncol} + c] = "
                     f"dwt[(grp * {ncol} + c) * {ca} + f0];")
     cw.line(*(f"free({name});" for name, _, _ in bufs))
+
+
+def depthwise_ok(t: CType, rows: int, nd: int) -> bool:
+    """True for a filter gradient with one filter row per group (depthwise) on two axes."""
+    return t.acc == t.store and t.acc in ("float", "double") and rows == 1 and nd == 2
+
+
+def emit_filter_grad_depthwise(k: Kernel, t: CType, flip: bool, g: int, it_ptr: str,
+                               ot_ptr: str, chans: tuple[int, int],
+                               dims: tuple[list[int], list[int], list[int]],
+                               axes: Sequence[tuple[int, int, int]], f1n: int) -> None:
+    """A depthwise filter gradient (one ``it`` channel per group, the caller checked ``it``
+    finite): per (channel, multiplier) pair every tap's sum at once, over images, then
+    positions, reading the other tensor with zero borders. The taps' sums are independent
+    chains (the reference's order within each), so they overlap instead of each waiting on
+    its own additions."""
+    node = k.node
+    x, dw = node.inputs[0], node.outputs[0]
+    wp_ = k.param(dw)
+    c_it, c_ot = chans
+    ms, ns, ks = dims
+    kplane = math.prod(ks)
+    mplane = ms[0] * ms[1]
+    s0, s1 = axes[0][0], axes[1][0]
+    taps = [(tn // ks[1], tn % ks[1]) for tn in range(kplane)]
+    shifts = [(k0 * axes[0][1] - axes[0][2], k1 * axes[1][1] - axes[1][2]) for k0, k1 in taps]
+    # rows and columns the strided positions reach: (out - 1) * stride + 1 before the shifts
+    p = _padded(ot_ptr, c_ot, ns, [(ms[0] - 1) * s0 + 1, (ms[1] - 1) * s1 + 1], shifts)
+    cw = k.code
+    cw.line(f"const int64_t NB = {k.dims.expr(x.type.shape[0])};")
+    alloc(cw, [("xp", t.store, p.size)])
+    work = f"(double)NB * {mplane} * {g * f1n * kplane}"
+    cw.line(f"#pragma omp parallel num_threads(nt) if({work} > GC_PAR_MIN)")
+    with cw.block():
+        _fill_padded(cw, t, p)
+        offs = []
+        for e in range(kplane):
+            tap = kplane - 1 - e if flip else e
+            offs.append(p.at(*shifts[tap]))
+        cw.line("#pragma omp for schedule(static)")
+        with cw.block(f"for (int64_t pr = 0; pr < {g * f1n}; pr++)"):
+            cw.line(f"const int64_t fc = pr / {f1n}, oc = pr;",
+                    *(f"{t.acc} a{e} = 0;" for e in range(kplane)))
+            with cw.block("for (int64_t n = 0; n < NB; n++)"):
+                with cw.block(f"for (int64_t y = 0; y < {ms[0]}; y++)"):
+                    cw.line(f"const {t.store} *dr = {it_ptr} + ((n * {c_it} + fc) * {ms[0]} + y) "
+                            f"* {ms[1]};",
+                            f"const {t.store} *xr = xp + oc * {p.chan()} + (n * {p.hp} + y * {s0})"
+                            f" * {p.wp};")
+                    with cw.block(f"for (int64_t u = 0; u < {ms[1]}; u++)"):
+                        cw.line(f"const {t.acc} d = dr[u];",
+                                f"const {t.store} *xx = xr + u * {s1};")
+                        for e in range(kplane):
+                            cw.line(f"{{ const {t.acc} pm = d * xx[{offs[e]}]; "
+                                    f"a{e} = a{e} + pm; }}")
+            cw.line(*(f"{wp_}[pr * {kplane} + {e}] = a{e};" for e in range(kplane)))
+    cw.line("free(xp);")
