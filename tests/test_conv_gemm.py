@@ -181,3 +181,20 @@ def test_depthwise_filter_gradient_keeps_each_taps_order(dtype):
         dy = rng.standard_normal(y.shape)
         x, w, dy = (v.astype(dtype) for v in (x, w, dy))
         _check(_graph(x, w, None, dy, f, "N"), {"x": x, "w": w, "dy": dy}, gemm=False)
+
+
+@pytest.mark.parametrize("narrow", [1, 1000])
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_pointwise_convolution_reads_its_input_in_place(narrow, direction, monkeypatch):
+    """1x1 filters without padding (mobilenet's pointwise layers): the implicit product reads
+    the input where it lies (no bordered copy), rows through a table of (image, position)."""
+    monkeypatch.setattr(conv_gemm, "NARROW", narrow)
+    rng = np.random.default_rng(31)
+    x = rng.standard_normal((3, 80, 5, 7)).astype(F32)  # 40 channels per group: implicit
+    w = rng.standard_normal((80, 18, 1, 1) if direction == "backward" else (36, 40, 1, 1))
+    w = w.astype(F32)
+    f = dict(direction=direction, group_count=2)
+    y = oracle.convolution(x, w, None, "cross_correlation", direction, [1, 1], [1, 1], [0, 0],
+                           [0, 0], [0, 0], 2)
+    dy = rng.standard_normal(y.shape).astype(F32)
+    _check(_graph(x, w, None, dy, f, "N"), {"x": x, "w": w, "dy": dy})

@@ -564,13 +564,19 @@ def emit_convolution_implicit(k: Kernel, t: CType, fwd: bool, flip: bool, g: int
               for k0, k1 in taps]
     p = _padded(xp_, ci, xs, ys, shifts)
     plane = p.hp * p.wp
+    # no shift and no border (1x1 filters without padding): read the input where it lies,
+    # rows (image, position) through a table, instead of copying it
+    direct = all(sh == (0, 0) for sh in shifts) and (p.hp, p.wp) == (xs[0], xs[1]) == tuple(ys)
     tr = cog < NARROW
     cw = k.code
     cw.line(f"const int64_t NB = {k.dims.expr(x.type.shape[0])};",
             f"const int64_t MT = NB * {plane}, "
             f"MC = {max(p.wp, (CHUNK // max(cog, 1)) // p.wp * p.wp)};")
-    alloc(cw, [("xp", t.store, p.size), ("ct", t.store, f"{cog} * MC"), ("ao", "int64_t", str(kg)),
-               ("so", "int64_t", str(kg)), ("wr", "int64_t", str(cog)), ("id", "int64_t", "MC")])
+    bufs = [("ct", t.store, f"{cog} * MC"), ("ao", "int64_t", str(kg)),
+            ("so", "int64_t", str(kg)), ("wr", "int64_t", str(cog))]
+    bufs += [("pm", "int64_t", "MT")] if direct else [("xp", t.store, p.size),
+                                                       ("id", "int64_t", "MC")]
+    alloc(cw, bufs)
     # kk = (channel, tap in the reference's order): the filter element, and the input shift
     with cw.block(f"for (int64_t kk = 0; kk < {kg}; kk++)"):
         tl = ", ".join(str(tn) for tn in order)
@@ -580,25 +586,33 @@ def emit_convolution_implicit(k: Kernel, t: CType, fwd: bool, flip: bool, g: int
                 f"const int64_t cl = kk / {kplane}, j = kk % {kplane};",
                 f"const int64_t e = {f'{kplane - 1} - TAP[j]' if flip else 'TAP[j]'};",
                 f"ao[kk] = cl * {kplane if fwd else cog * kplane} + e;",
-                f"so[kk] = cl * {p.chan()} + SHIFT[j];")
+                f"so[kk] = cl * {plane if direct else p.chan()} + SHIFT[j];")
     _k_offsets(cw, "wr", str(cog), str(kg) if fwd else str(kplane))
-    _k_offsets(cw, "id", "MC", "1")
+    if direct:  # position m = (image, in-plane position) of x
+        cw.line(f"for (int64_t m = 0; m < MT; m++) pm[m] = m / {plane} * {ci * plane} + "
+                f"m % {plane};")
+    else:
+        _k_offsets(cw, "id", "MC", "1")
     wstride = cog * kg
     work = f"(double)MT * {co * kg}"
     cw.line(f"#pragma omp parallel num_threads(nt) if({work} > GC_PAR_MIN)")
     with cw.block():
-        _fill_padded(cw, t, p)
+        if not direct:
+            _fill_padded(cw, t, p)
         with cw.block("for (int64_t m0 = 0; m0 < MT; m0 += MC)"):
             cw.line("const int64_t mc = MT - m0 < MC ? MT - m0 : MC;")
             with cw.block(f"for (int64_t grp = 0; grp < {g}; grp++)"):
                 w_ = f"{wp} + grp * {wstride}"
-                a_ = f"xp + grp * {cig} * {p.chan()} + m0"
+                if direct:
+                    a_, rows = f"{xp_} + grp * {cig * plane}", "pm + m0"
+                else:
+                    a_, rows = f"xp + grp * {cig} * {p.chan()} + m0", "id"
                 if tr:
-                    gemm(cw, t, "mc", cog, str(kg), (a_, "id", "so"), (w_, "ao", "wr"),
+                    gemm(cw, t, "mc", cog, str(kg), (a_, rows, "so"), (w_, "ao", "wr"),
                          ("ct", str(cog)), "1")
                 else:
-                    gemm(cw, t, str(cog), "mc", str(kg), (w_, "wr", "ao"), (a_, "so", "NULL"),
-                         ("ct", "mc"), "1")
+                    gemm(cw, t, str(cog), "mc", str(kg), (w_, "wr", "ao"),
+                         (a_, "so", rows if direct else "NULL"), ("ct", "mc"), "1")
                 cw.line("#pragma omp for schedule(static)")
                 with cw.block(f"for (int64_t orow = 0; orow < {cog} * (mc / {p.wp}); orow++)"):
                     cw.line(f"const int64_t o = orow / (mc / {p.wp}), rr = orow % (mc / {p.wp});",
@@ -611,7 +625,7 @@ def emit_convolution_implicit(k: Kernel, t: CType, fwd: bool, flip: bool, g: int
                            f"ct[o * mc + rr * {p.wp} + q]")
                     b = f" + {bp}[grp * {cog} + o]" if bp else ""
                     cw.line(f"for (int64_t q = 0; q < {ys[1]}; q++) dst[q] = {src}{b};")
-    cw.line(*(f"free({n});" for n in ("xp", "ct", "ao", "so", "wr", "id")))
+    cw.line(*(f"free({name});" for name, _, _ in bufs))
 
 
 def emit_filter_grad_implicit(k: Kernel, t: CType, flip: bool, g: int, it_ptr: str, ot_ptr: str,
