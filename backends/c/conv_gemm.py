@@ -648,31 +648,37 @@ def emit_filter_grad_implicit(k: Kernel, t: CType, flip: bool, g: int, it_ptr: s
     taps = [(tn // ks[1], tn % ks[1]) for tn in range(kplane)]
     shifts = [(k0 * axes[0][1] - axes[0][2], k1 * axes[1][1] - axes[1][2]) for k0, k1 in taps]
     p = _padded(ot_ptr, c_ot, ns, ms, shifts)
+    # no shift and no border (1x1 without padding): the other tensor is read where it lies
+    direct = all(sh == (0, 0) for sh in shifts) and (p.hp, p.wp) == tuple(ns) == tuple(ms)
+    nplane = ns[0] * ns[1]
     cw = k.code
     cw.line(f"const int64_t NB = {k.dims.expr(x.type.shape[0])}, KT = NB * {mplane};")
     nr = NR[t.acc]
     cap = -(-ca // nr) * nr  # it's channels, in whole panels
-    bufs = [("xp", t.store, p.size), ("itt", t.store, f"{g * cap} * KT"),
-            ("kx", "int64_t", "KT"), ("xr", "int64_t", str(ncol)),
-            ("dwt", t.store, str(g * ncol * ca))]
+    bufs = [("itt", t.store, f"{g * cap} * KT"), ("kx", "int64_t", "KT"),
+            ("xr", "int64_t", str(ncol)), ("dwt", t.store, str(g * ncol * ca))]
+    if not direct:
+        bufs.append(("xp", t.store, p.size))
     alloc(cw, bufs)
     # row (f1, e) of dW^T: filter element e, tap e (or its flip), read at the tap's shift
     with cw.block(f"for (int64_t c = 0; c < {ncol}; c++)"):
         sl = ", ".join(str(p.at(*s)) for s in shifts)
         cw.line(f"static const int64_t SHIFT[{kplane}] = {{{sl}}};",
                 f"const int64_t e = c % {kplane};",
-                f"xr[c] = c / {kplane} * {p.chan()} + "
+                f"xr[c] = c / {kplane} * {nplane if direct else p.chan()} + "
                 f"SHIFT[{f'{kplane - 1} - e' if flip else 'e'}];")
     work = f"(double)KT * {c_it * ncol}"
     cw.line(f"#pragma omp parallel num_threads(nt) if({work} > GC_PAR_MIN)")
     with cw.block():
-        _fill_padded(cw, t, p)
+        if not direct:
+            _fill_padded(cw, t, p)
         # k = (image, position), ascending: the reference's order
         cw.line("#pragma omp for schedule(static)")
         with cw.block(f"for (int64_t r = 0; r < NB * {ms[0]}; r++)"):  # (image, row)
-            cw.line(f"const int64_t n = r / {ms[0]}, y = r % {ms[0]};",
-                    f"for (int64_t u = 0; u < {ms[1]}; u++) kx[r * {ms[1]} + u] = "
-                    f"(n * {p.hp} + y) * {p.wp} + u;")
+            cw.line(f"const int64_t n = r / {ms[0]}, y = r % {ms[0]};")
+            at = (f"n * {c_ot * nplane} + y * {ns[1]} + u" if direct else
+                  f"(n * {p.hp} + y) * {p.wp} + u")
+            cw.line(f"for (int64_t u = 0; u < {ms[1]}; u++) kx[r * {ms[1]} + u] = {at};")
         # it^T, packed as the gemm packs B: per group, panels of NR channels, q, channel; in
         # blocks of 64 positions of one image (reads along planes, writes within a few lines)
         nblk = -(-mplane // 64)
@@ -690,7 +696,9 @@ def emit_filter_grad_implicit(k: Kernel, t: CType, flip: bool, g: int, it_ptr: s
                         f"{mplane};",
                         f"for (int64_t q = p0; q < pe; q++) d[q * {nr}] = s[q];")
         with cw.block(f"for (int64_t grp = 0; grp < {g}; grp++)"):
-            gemm(cw, t, str(ncol), ca, "KT", (f"xp + grp * {f1n} * {p.chan()}", "xr", "kx"),
+            src = (f"{ot_ptr} + grp * {f1n * nplane}" if direct else
+                   f"xp + grp * {f1n} * {p.chan()}")
+            gemm(cw, t, str(ncol), ca, "KT", (src, "xr", "kx"),
                  (f"itt + grp * KT * {cap}", "NULL", "NULL"),
                  (f"dwt + grp * {ncol * ca}", str(ca)), "1", packed=True)
         cw.line("#pragma omp for schedule(static)")
