@@ -221,6 +221,17 @@ def cmd_compile(args: argparse.Namespace) -> int:
     g = _load(args)
     data = artifact(g, args.target, passes=_passes(args), shapes=parse_shapes(args.shape),
                     instruments=_instruments(args))
+    if args.pass_statistics and args.target == "c" and isinstance(data, str):
+        # the C program's planned memory: its header names the arena of intermediate values
+        from gradc.backends.c.emit import ARENA_LINE
+        for line in data.splitlines()[:200]:
+            if ARENA_LINE in line:
+                arena = line.split(ARENA_LINE, 1)[1].strip(" )")
+                print(f"c target: {ARENA_LINE} {arena}", file=sys.stderr)
+                break
+        else:
+            print("c target: no planned arena (values of symbolic shape are allocated per "
+                  "call)", file=sys.stderr)
     return _write_output(args, data)
 
 

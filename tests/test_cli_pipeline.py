@@ -136,3 +136,21 @@ def test_shape_flag_sizes_the_statistics(capsys):
     small = capsys.readouterr().out
     bytes_of = lambda text: int(text.split("bytes-before=")[1].split()[0])  # noqa: E731
     assert bytes_of(big) > 16 * bytes_of(small)
+
+
+def test_pass_statistics_report_the_c_programs_planned_arena(tmp_path, capsys):
+    """--pass-statistics on the C target also names the planned arena of intermediate values
+    (static shapes: here once N is bound), in bytes, as the generated source's header does."""
+    train = tmp_path / "train.onnx"
+    assert main(["grad", EXAMPLE, "-o", str(train)]) == 0
+    capsys.readouterr()
+    out = tmp_path / "t.c"
+    assert main(["compile", str(train), "-t", "c", "-o", str(out), "--pass-statistics"]) == 0
+    assert "no planned arena (values of symbolic shape" in capsys.readouterr().err
+    assert main(["compile", str(train), "-t", "c", "-o", str(out), "--pass-statistics",
+                 "--shape", "N=2"]) == 0
+    err = capsys.readouterr().err
+    line = next(x for x in err.splitlines() if "planned arena" in x)
+    nbytes = int(line.split(":")[-1].split()[0])
+    assert nbytes > 0 and f"planned arena of intermediate values: {nbytes} bytes" in \
+        out.read_text()

@@ -105,7 +105,7 @@ def test_gemm_path_is_bit_identical_to_the_reference(dtype, chunk, narrow, impli
 @pytest.mark.parametrize("implicit", [False, True])
 def test_wide_layer_with_many_panels_and_row_chunks(narrow, implicit, monkeypatch):
     """More than one packed row chunk (GC_MC = 256 rows), partial register tiles on both
-    sides, k longer than a packed block (GC_KC = 256), and long filter-gradient sums; both
+    sides, k longer than a packed block (GC_KC = 128), and long filter-gradient sums; both
     orientations, with and without im2col."""
     monkeypatch.setattr(conv_gemm, "NARROW", narrow)
     if not implicit:

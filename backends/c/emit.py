@@ -276,8 +276,10 @@ class _Builder:
             k = self.in_place.get(j)
             self.buf[v] = f"A[{nin + j}]" if k is None else f"A[{k}]"
         steps = self._steps(set(outs))
+        entry = CWriter()
+        self._entry(entry, steps)  # plans the arena, which the header reports
         w = CWriter()
-        _header(w, g, self.symbols, self.dims, self.in_place)
+        _header(w, g, self.symbols, self.dims, self.in_place, self.arena_bytes)
         w.blank()
         w.line(*PRELUDE.splitlines())
         if self.statics:
@@ -287,7 +289,7 @@ class _Builder:
             w.blank()
             w.nest(kernel)
         w.blank()
-        self._entry(w, steps)
+        w.nest(entry)
         return Program(w.text() + "\n", self.symbols, list(g.inputs), list(g.outputs),
                        dict(self.in_place), self.arena_bytes, list(self.labels), self.profile)
 
@@ -546,7 +548,7 @@ def _slot(b: str) -> str:
 
 
 def _header(w: CWriter, g: Graph, symbols: list[str], dims: Dims,
-            in_place: Mapping[int, int]) -> None:
+            in_place: Mapping[int, int], arena: int | None = None) -> None:
     """Write the calling convention of ``gradc_entry``, so the file can be used on its own.
 
     No user name appears, even in this comment: arrays are described by position, dtype and
@@ -570,4 +572,12 @@ def _header(w: CWriter, g: Graph, symbols: list[str], dims: Dims,
                   f" (written in place into A[{in_place[j]}]; A[{n + j}] is not used)"
                   if j in in_place else "") for j, v in enumerate(g.outputs)),
               "  nt: OpenMP threads (<= 0: OpenMP's default)",
-              "  returns 0, or non-zero when a temporary buffer could not be allocated.")
+              "  returns 0, or non-zero when a temporary buffer could not be allocated.",
+              "int gradc_entry_arena(const int64_t *S, void *const *A, int nt, void *arena)",
+              "  the same, with the intermediate values in a caller's arena of "
+              "gradc_arena_bytes() bytes",
+              f"  ({ARENA_LINE} {arena} bytes)" if arena is not None else
+              "  (arena: none; intermediate values of symbolic shape are allocated per call)")
+
+
+ARENA_LINE = "planned arena of intermediate values:"

@@ -250,7 +250,7 @@ GC_INLINE int gc_threads(void) {  /* threads of the enclosing parallel region */
 #define GC_MC 256
 #endif
 #ifndef GC_KC
-#define GC_KC 256
+#define GC_KC 128
 #endif
 #define GC_ROW(T, R) const T *a##R = A + amo[m0 + i + (R < rows ? R : rows - 1)];
 #define GC_STEP(T, V, NV, R) {                                                                 \

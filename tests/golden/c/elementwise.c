@@ -9,6 +9,9 @@
  *     A[3] output 1: float16[S[0],16]
  *   nt: OpenMP threads (<= 0: OpenMP's default)
  *   returns 0, or non-zero when a temporary buffer could not be allocated.
+ * int gradc_entry_arena(const int64_t *S, void *const *A, int nt, void *arena)
+ *   the same, with the intermediate values in a caller's arena of gradc_arena_bytes() bytes
+ *   (planned arena of intermediate values: 0 bytes)
  */
 
 /* ... prelude.h, copied verbatim (tests/test_c_golden.py checks it) ... */
