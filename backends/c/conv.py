@@ -13,7 +13,9 @@ OpenMP splits the (n, co) planes, or the filter's (f0, f1) pairs, over the threa
 range of positions (``lo..hi``) on an axis, and the first position it reads, are computed at run
 time from constants, in int64: the kernel is emitted only when every such number is bounded
 (``_check_bounds``), else UnsupportedError (attributes near 2**62). No table sized by a tensor
-dim is written into the source. Blocking and register tiling are a later issue's work.
+dim is written into the source. These loops serve float16, thin groups (depthwise forward and
+backward) and non-finite factors; float32/float64 layers otherwise take conv_gemm.py's
+register-tiled products (same order, same bits).
 """
 
 from __future__ import annotations

@@ -24,9 +24,13 @@ runs conv.py's direct loops instead, which skip padding as the reference does.
 
 Columns come in chunks of whole rows (the last spatial axis) so that ``B`` (``K x columns``)
 stays near ``CHUNK`` elements; per chunk the threads of one parallel region fill ``B`` (rows
-shared), then run the gemm (jobs shared), then the epilogue. Depthwise and other thin groups
-(fewer than ``MIN_ROWS`` output channels per group, or a filter-gradient with fewer than
-``MIN_ROWS`` rows) keep the direct loops: a matrix of so few rows wastes the register tile.
+shared), then run the gemm (jobs shared), then the epilogue. At unit strides on two axes the
+input is instead copied once with zero borders and read at each tap's shift (implicit im2col,
+``emit_convolution_implicit``, ``emit_filter_grad_implicit``; 1x1 layers without padding read it
+in place). Thin groups (fewer than ``MIN_ROWS`` output channels per group: depthwise) keep
+conv.py's direct loops, except the depthwise filter gradient, which sums every tap at once
+(``emit_filter_grad_depthwise``). Which path a layer takes: ``implicit_ok``, ``NARROW``,
+``MIN_K``, ``FG_PLANE``, ``WASTE`` (thresholds measured on this project's machine).
 """
 
 from __future__ import annotations
