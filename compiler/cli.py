@@ -13,6 +13,7 @@ import numpy as np
 
 from gradc.api import artifact, compile, from_onnx, grad, to_onnx
 from gradc.backends import TARGETS
+from gradc.backends.c.emit import ARENA_LINE
 from gradc.check import compare_targets, random_inputs, run_check
 from gradc.cli_train import add_parsers as add_train_parsers
 from gradc.errors import GradcError
@@ -223,7 +224,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
                     instruments=_instruments(args))
     if args.pass_statistics and args.target == "c" and isinstance(data, str):
         # the C program's planned memory: its header names the arena of intermediate values
-        from gradc.backends.c.emit import ARENA_LINE
         for line in data.splitlines()[:200]:
             if ARENA_LINE in line:
                 arena = line.split(ARENA_LINE, 1)[1].strip(" )")
