@@ -11,7 +11,6 @@ source: values are numbered, and the only comments name registry op names.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
@@ -472,9 +471,13 @@ class _Builder:
     def _bytes(self, v: Value) -> int | str:
         """The bytes of ``v``'s buffer: an int when its shape is static, else a C expression."""
         width = v.type.dtype.numpy.itemsize
-        if all(self.dims.static(d) is not None for d in v.type.shape):
-            return math.prod(int(self.dims.static(d)) for d in v.type.shape) * width
-        return f"{self.dims.prod(v.type.shape)} * {width}"
+        total = width
+        for d in v.type.shape:
+            size = self.dims.static(d)
+            if size is None:
+                return f"{self.dims.prod(v.type.shape)} * {width}"
+            total *= size
+        return total
 
 
 def kernel_label(n: Node) -> str:

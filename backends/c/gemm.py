@@ -22,7 +22,6 @@ for speed (BLIS-style register blocking):
 
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 from gradc.backends.c.average_pooling import EMITTERS as AVERAGE_POOLING_EMITTERS
@@ -59,10 +58,13 @@ def emit_gemm(k: Kernel) -> None:
     c = node.inputs[2] if len(node.inputs) == 3 and node.attrs["beta"] != 0 else None
     y = node.outputs[0]
     t = ctype(y.type.dtype)
-    dims = [k.dims.static(v) for v in (*y.type.shape, b.type.shape[-2])]
+    kdim = b.type.shape[-1] if node.attrs["trans_b"] else b.type.shape[-2]
+    work = 1  # multiply-adds, when every dim is static (else 0)
+    for dim in (*y.type.shape, kdim):
+        size = k.dims.static(dim)
+        work = work * size if size is not None else 0
     if (t.acc == t.store and t.acc in ("float", "double") and len(y.type.shape) == 2
-            and (c is None or len(c.type.shape) == 2) and None not in dims
-            and math.prod(int(v) for v in dims) >= TABLES_MIN):  # type: ignore[arg-type]
+            and (c is None or len(c.type.shape) == 2) and work >= TABLES_MIN):
         _emit_gemm_tables(k, a, b, c, y, t)
         return
     acc = t.acc
