@@ -165,13 +165,40 @@ def _k_offsets(cw: CWriter, name: str, count: str, stride: str) -> None:
     cw.line(f"for (int64_t kk = 0; kk < {count}; kk++) {name}[kk] = kk * {stride};")
 
 
-def _store_rows(cw: CWriter, t: CType, transposed: bool, cog: int, L: int, val_bias: str | None,
-                stride: int = 1) -> None:
-    """``dst[q * stride] = ct element (o, rr * L + q) (+ bias)`` for ``q < L``: ct is
-    ``cog x nc`` (or ``nc x cog`` when the product ran transposed)."""
-    src = f"ct[(rr * {L} + q) * {cog} + o]" if transposed else f"ct[o * nc + rr * {L} + q]"
+def _conv_product(cw: CWriter, t: CType, transposed: bool, cols: str, cog: int, kdim: str,
+                  data: tuple[str, str, str, bool], filt: tuple[str, str, str]) -> None:
+    """``ct`` = a group's convolution sums: ``W @ D`` (``cog x cols``, row stride ``cols``) or,
+    transposed, ``D^T @ W^T`` (``cols x cog``: the channels are the packed, narrow side).
+
+    ``data`` = (pointer, column offsets, k offsets, columns contiguous: the offsets are the
+    identity, so a packed block copies rows); ``filt`` = (pointer, row offsets, k offsets)."""
+    ptr, dcols, dk, contiguous = data
+    if transposed:
+        gemm(cw, t, cols, cog, kdim, (ptr, dcols, dk), (filt[0], filt[2], filt[1]),
+             ("ct", str(cog)), "1")
+    else:
+        gemm(cw, t, str(cog), cols, kdim, filt, (ptr, dk, "NULL" if contiguous else dcols),
+             ("ct", cols), "1")
+
+
+def _store_rows(cw: CWriter, transposed: bool, cog: int, count: int, row: int, cols: str,
+                val_bias: str | None, stride: int = 1) -> None:
+    """``dst[q * stride] = ct element (o, rr * row + q) (+ bias)`` for ``q < count``: ct is
+    ``cog x cols`` (or ``cols x cog`` when the product ran transposed)."""
+    src = (f"ct[(rr * {row} + q) * {cog} + o]" if transposed else
+           f"ct[o * {cols} + rr * {row} + q]")
     val = f"{src} + {val_bias}" if val_bias else src
-    cw.line(f"for (int64_t q = 0; q < {L}; q++) dst[q * {stride}] = {val};")
+    at = "q" if stride == 1 else f"q * {stride}"
+    cw.line(f"for (int64_t q = 0; q < {count}; q++) dst[{at}] = {val};")
+
+
+def _untranspose(cw: CWriter, wp: str, g: int, ca: int, ncol: int) -> None:
+    """``dW[grp, f0, c] = dwt[grp, c, f0]`` (inside the parallel region, rows shared)."""
+    cw.line("#pragma omp for schedule(static)")
+    with cw.block(f"for (int64_t e = 0; e < {g * ca}; e++)"):
+        cw.line(f"const int64_t grp = e / {ca}, f0 = e % {ca};",
+                f"for (int64_t c = 0; c < {ncol}; c++) {wp}[e * {ncol} + c] = "
+                f"dwt[(grp * {ncol} + c) * {ca} + f0];")
 
 
 def emit_convolution(k: Kernel, t: CType, flip: bool, g: int,
@@ -220,14 +247,9 @@ def emit_convolution(k: Kernel, t: CType, flip: bool, g: int,
                 cw.line("const int64_t R = R_;")
                 im2col(cw, t, xp, ci, iplane, ys, xs, axes, ks, "tn")
                 with cw.block(f"for (int64_t grp = 0; grp < {g}; grp++)"):
-                    w_ = f"{wp} + grp * {cog * kg}"
-                    col = f"col + grp * {kg} * NCMAX"
-                    if tr:
-                        gemm(cw, t, "nc", cog, str(kg), (col, "id", "bo"), (w_, "ao", "wr"),
-                             ("ct", str(cog)), "1")
-                    else:
-                        gemm(cw, t, str(cog), "nc", str(kg), (w_, "wr", "ao"), (col, "bo", "NULL"),
-                             ("ct", "nc"), "1")
+                    _conv_product(cw, t, tr, "nc", cog, str(kg),
+                                  (f"col + grp * {kg} * NCMAX", "id", "bo", True),
+                                  (f"{wp} + grp * {cog * kg}", "wr", "ao"))
                     cw.line("#pragma omp for schedule(static)")
                     with cw.block(f"for (int64_t orow = 0; orow < {cog} * R; orow++)"):
                         cw.line("const int64_t o = orow / R, rr = orow % R, r = r0 + rr;",
@@ -235,7 +257,8 @@ def emit_convolution(k: Kernel, t: CType, flip: bool, g: int,
                                 f"pos = r % {oplane // L} * {L};",
                                 f"{t.store} *dst = {yp} + (img * {co} + grp * {cog} + o) * "
                                 f"{oplane} + pos;")
-                        _store_rows(cw, t, tr, cog, L, f"{bp}[grp * {cog} + o]" if bp else None)
+                        _store_rows(cw, tr, cog, L, L, "nc",
+                                    f"{bp}[grp * {cog} + o]" if bp else None)
     cw.line("free(col);", "free(ct);", "free(ao);", "free(bo);", "free(wr);", "free(id);")
 
 
@@ -298,11 +321,7 @@ def emit_filter_grad(k: Kernel, t: CType, flip: bool, g: int, it_ptr: str, ot_pt
                         gemm(cw, t, str(ca), ncol, "nc", (it_, "fr", "ao"), (col, "jo", "cr"),
                              (f"{wp} + grp * {ca * ncol}", str(ncol)), "r0 == 0")
         if tr:
-            cw.line("#pragma omp for schedule(static)")
-            with cw.block(f"for (int64_t e = 0; e < {g * ca}; e++)"):
-                cw.line(f"const int64_t grp = e / {ca}, f0 = e % {ca};",
-                        f"for (int64_t c = 0; c < {ncol}; c++) {wp}[e * {ncol} + c] = "
-                        f"dwt[(grp * {ncol} + c) * {ca} + f0];")
+            _untranspose(cw, wp, g, ca, ncol)
     cw.line(*(f"free({name});" for name, _, _ in bufs))
 
 
@@ -422,14 +441,9 @@ def emit_convolution_backward(k: Kernel, t: CType, flip: bool, g: int, chans: tu
                                         "d[u] = 0;")
                     with cw.block(f"for (int64_t grp = 0; grp < {g}; grp++)"):
                         if nt_:
-                            w_ = f"{wp} + grp * {cig * cog * kplane}"
-                            col = f"col + grp * {cig * nt_} * NCMAX"
-                            if tr:
-                                gemm(cw, t, "nc", cog, str(cig * nt_), (col, "id", "bo"),
-                                     (w_, "ao", "wr"), ("ct", str(cog)), "1")
-                            else:
-                                gemm(cw, t, str(cog), "nc", str(cig * nt_), (w_, "wr", "ao"),
-                                     (col, "bo", "NULL"), ("ct", "nc"), "1")
+                            _conv_product(cw, t, tr, "nc", cog, str(cig * nt_),
+                                          (f"col + grp * {cig * nt_} * NCMAX", "id", "bo", True),
+                                          (f"{wp} + grp * {cig * cog * kplane}", "wr", "ao"))
                         cw.line("#pragma omp for schedule(static)")
                         with cw.block(f"for (int64_t orow = 0; orow < {cog} * RC; orow++)"):
                             cw.line("const int64_t o = orow / RC, rr = orow % RC, r = r0 + rr;",
@@ -443,7 +457,7 @@ def emit_convolution_backward(k: Kernel, t: CType, flip: bool, g: int, chans: tu
                             b = f"{bp}[grp * {cog} + o]" if bp else None
                             sj = axes[nd - 1][0]
                             if nt_:
-                                _store_rows(cw, t, tr, cog, L, b, sj)
+                                _store_rows(cw, tr, cog, L, L, "nc", b, sj)
                             else:  # no tap reaches this phase: the empty sum, +0
                                 val = f"({t.store})0 + {b}" if b else "0"
                                 cw.line(f"for (int64_t q = 0; q < {L}; q++) dst[q * {sj}] = "
@@ -606,17 +620,10 @@ def emit_convolution_implicit(k: Kernel, t: CType, fwd: bool, flip: bool, g: int
         with cw.block("for (int64_t m0 = 0; m0 < MT; m0 += MC)"):
             cw.line("const int64_t mc = MT - m0 < MC ? MT - m0 : MC;")
             with cw.block(f"for (int64_t grp = 0; grp < {g}; grp++)"):
-                w_ = f"{wp} + grp * {wstride}"
-                if direct:
-                    a_, rows = f"{xp_} + grp * {cig * plane}", "pm + m0"
-                else:
-                    a_, rows = f"xp + grp * {cig} * {p.chan()} + m0", "id"
-                if tr:
-                    gemm(cw, t, "mc", cog, str(kg), (a_, rows, "so"), (w_, "ao", "wr"),
-                         ("ct", str(cog)), "1")
-                else:
-                    gemm(cw, t, str(cog), "mc", str(kg), (w_, "wr", "ao"),
-                         (a_, "so", rows if direct else "NULL"), ("ct", "mc"), "1")
+                data = ((f"{xp_} + grp * {cig * plane}", "pm + m0", "so", False) if direct else
+                        (f"xp + grp * {cig} * {p.chan()} + m0", "id", "so", True))
+                _conv_product(cw, t, tr, "mc", cog, str(kg), data,
+                              (f"{wp} + grp * {wstride}", "wr", "ao"))
                 cw.line("#pragma omp for schedule(static)")
                 with cw.block(f"for (int64_t orow = 0; orow < {cog} * (mc / {p.wp}); orow++)"):
                     cw.line(f"const int64_t o = orow / (mc / {p.wp}), rr = orow % (mc / {p.wp});",
@@ -625,10 +632,8 @@ def emit_convolution_implicit(k: Kernel, t: CType, fwd: bool, flip: bool, g: int
                             f"if (yy >= {ys[0]}) continue;",
                             f"{t.store} *dst = {yp} + ((img * {co} + grp * {cog} + o) * {ys[0]} + "
                             f"yy) * {ys[1]};")
-                    src = (f"ct[(rr * {p.wp} + q) * {cog} + o]" if tr else
-                           f"ct[o * mc + rr * {p.wp} + q]")
-                    b = f" + {bp}[grp * {cog} + o]" if bp else ""
-                    cw.line(f"for (int64_t q = 0; q < {ys[1]}; q++) dst[q] = {src}{b};")
+                    _store_rows(cw, tr, cog, ys[1], p.wp, "mc",
+                                f"{bp}[grp * {cog} + o]" if bp else None)
     cw.line(*(f"free({name});" for name, _, _ in bufs))
 
 
@@ -705,11 +710,7 @@ def emit_filter_grad_implicit(k: Kernel, t: CType, flip: bool, g: int, it_ptr: s
             gemm(cw, t, str(ncol), ca, "KT", (src, "xr", "kx"),
                  (f"itt + grp * KT * {cap}", "NULL", "NULL"),
                  (f"dwt + grp * {ncol * ca}", str(ca)), "1", packed=True)
-        cw.line("#pragma omp for schedule(static)")
-        with cw.block(f"for (int64_t e = 0; e < {g * ca}; e++)"):
-            cw.line(f"const int64_t grp = e / {ca}, f0 = e % {ca};",
-                    f"for (int64_t c = 0; c < {ncol}; c++) {wp}[e * {ncol} + c] = "
-                    f"dwt[(grp * {ncol} + c) * {ca} + f0];")
+        _untranspose(cw, wp, g, ca, ncol)
     cw.line(*(f"free({name});" for name, _, _ in bufs))
 
 
