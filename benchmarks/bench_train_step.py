@@ -2,7 +2,7 @@
 on gradc's Trainer (targets c, numpy, onnx) beside PyTorch eager.
 
     python benchmarks/bench_train_step.py [--models resnet18,mobilenet_v2,squeezenet1_0,unet,mlp]
-        [--batch 8] [--size 64] [--width 1] [--targets c,numpy,onnx] [--optimizer sgd|adam]
+        [--batch 8] [--size 64] [--width 1] [--targets c,numpy,onnx] [--optimizer sgd|adam|adamw]
         [--steps 3] [--rounds 3] [--threads 2] [--alloc-model resnet18] [--cache]
 
     quick run: python benchmarks/bench_train_step.py --width 8 --size 32
@@ -17,8 +17,8 @@ onnxruntime, ``intra_op_num_threads``). PyTorch eager does the same step on a co
 model: ``model.train()``, ``F.cross_entropy``, ``loss.backward()``, ``optimizer.step()``,
 ``zero_grad(set_to_none=True)``, with ``torch.set_num_threads(T)``. The MLP's output is a
 LogSoftmax; cross-entropy of it equals its nll_loss (log_softmax is idempotent), on both sides.
-Optimizer: ``--optimizer sgd`` is SGD(lr 0.01, momentum 0.9), ``adam`` is Adam(lr 1e-3), on
-both sides. Dropout probabilities are 0 (``rm.no_dropout``), so every peer computes the same
+Optimizer: ``--optimizer sgd`` is SGD(lr 0.01, momentum 0.9), ``adam`` is Adam(lr 1e-3),
+``adamw`` AdamW(lr 1e-3, weight_decay 0.01), on both sides. Dropout probabilities are 0 (``rm.no_dropout``), so every peer computes the same
 numbers; every peer trains on the same batch (seed 3) at every step.
 
 "compile s" is the Trainer's construction (``training_step`` + ``gradc.compile``; the C
@@ -115,10 +115,16 @@ def build(name: str, args: argparse.Namespace) -> Model:
                  sum(p.numel() for p in model.parameters()))
 
 
+OPTIMIZERS = {"sgd": "SGD(lr 0.01, momentum 0.9)", "adam": "Adam(lr 1e-3)",
+              "adamw": "AdamW(lr 1e-3, weight_decay 0.01)"}
+
+
 def torch_optimizer(kind: str, params: Any) -> torch.optim.Optimizer:
     """PyTorch's optimizer of ``--optimizer``."""
     if kind == "sgd":
         return torch.optim.SGD(params, lr=0.01, momentum=0.9)
+    if kind == "adamw":
+        return torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01)
     return torch.optim.Adam(params, lr=1e-3)
 
 
@@ -126,6 +132,8 @@ def gradc_optimizer(kind: str) -> Any:
     """gradc's optimizer of ``--optimizer`` (the same hyperparameters as PyTorch's)."""
     if kind == "sgd":
         return gradc.optim.SGD(0.01, momentum=0.9)
+    if kind == "adamw":
+        return gradc.optim.AdamW(1e-3, weight_decay=0.01)
     return gradc.optim.Adam(1e-3)
 
 
@@ -365,8 +373,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="channel divisor (default 1: the full models; 8 gives a quick run)")
     ap.add_argument("--targets", default=",".join(TARGETS),
                     help=f"gradc targets, comma-separated subset of: {', '.join(TARGETS)}")
-    ap.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd",
-                    help="sgd: SGD(lr 0.01, momentum 0.9); adam: Adam(lr 1e-3) (default sgd)")
+    ap.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default="sgd",
+                    help="; ".join(f"{k}: {v}" for k, v in OPTIMIZERS.items()) + " (default sgd)")
     ap.add_argument("--steps", type=int, default=3, help="timed steps per round (default 3)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     ap.add_argument("--threads", type=int, default=2,
