@@ -217,6 +217,25 @@ def test_reduce_sum_keeps_the_canonical_order(cache, dtype, seed, n, m):
     check(ex, {"x": x}, loose={f"r{i}" for i in range(7)})
 
 
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int32"])
+def test_reduce_sum_interleaved_chains_keep_the_canonical_order(cache, dtype):
+    """Sums whose innermost axes are reduced run CHAINS accumulators together (loops.py
+    ``_interleaved``): whole blocks, a partial block, the block axis split between threads,
+    kept axes on both sides of reduced ones, a symbolic block axis. Values of mixed magnitude
+    make any change of order show in the last bits."""
+    g = gradc.Graph("rsi")
+    x = g.input("x", dtype, (2, "C", 3, 5))
+    for i, axes in enumerate([(0, 2, 3), (2, 3), (3,), (0, 3), (1, 3)]):
+        g.output(ops.reduce_sum(x, axes), f"r{i}")
+    ex = c_compile(g, cache, f"reduce-chains-{dtype}")
+    rng = np.random.default_rng(11)
+    for c in (19, 8, 3, 70, 1203):   # 1203: over GC_PAR_MIN, the block axis split by thread
+        v = data(rng, dtype, (2, c, 3, 5), special=False)
+        if np.dtype(dtype).kind == "f":
+            v = (v * 10.0 ** rng.integers(-4, 5, v.shape)).astype(dtype)
+        check(ex, {"x": v})
+
+
 def test_reduce_of_negative_zeros_is_negative_zero(cache):
     g = gradc.Graph("rz")
     x = g.input("x", "float32", (3, 2))

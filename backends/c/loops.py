@@ -222,11 +222,39 @@ def emit_reduce_sum(k: Kernel) -> None:
                         f"lo = {span} * id / T; hi = {span} * (id + 1) / T;")
             cw.line(f"for (int64_t q = lo * {kst[first]}; q < hi * {kst[first]}; q++) "
                     f"acc[q] = {init};")
-            with cw.under(*_loops(dims, shape, first)):
-                cw.line(add)
+            if any(a > kept[-1] for a in red):
+                _interleaved(k, shape, first, kept[-1], add)
+            else:
+                with cw.under(*_loops(dims, shape, first)):
+                    cw.line(add)
             _finish(k, t, y, f"lo * {kst[first]}", f"hi * {kst[first]}")
     if t.is_f16 or not t.is_float:
         cw.line("free(acc);")
+
+
+CHAINS = 8  # accumulators advanced together by ``_interleaved``
+
+
+def _interleaved(k: Kernel, shape: Sequence[Dim], first: int, last: int, add: str) -> None:
+    """The loops of a sum whose innermost axes are reduced (a channel's bias gradient over
+    N, H, W, say): there each accumulator is one chain of dependent additions, which runs at
+    the adder's latency. Here the last kept axis runs in blocks of CHAINS, innermost, so that
+    CHAINS accumulators advance together; each still receives its terms in increasing index
+    order (the axes before the block keep their places, the reduced axes after it run in
+    order), so every sum is bit for bit the row-major loop's. A partial block at the end of
+    the axis runs one accumulator at a time."""
+    dims, cw = k.dims, k.code
+    heads = _loops(dims, shape, first)
+    lo, hi = ("lo", "hi") if last == first else ("0", dims.expr(shape[last]))
+    inner = heads[last + 1:]
+    with cw.blocks(heads[:last]):
+        with cw.block(f"for (int64_t b{last} = {lo}; b{last} < {hi}; b{last} += {CHAINS})"):
+            with cw.block(f"if (b{last} + {CHAINS} <= {hi})"), cw.under(*inner), \
+                    cw.block(f"for (int64_t c = 0; c < {CHAINS}; c++)"):
+                cw.line(f"const int64_t i{last} = b{last} + c;", add)
+            with cw.block("else"), cw.under(f"for (int64_t i{last} = b{last}; i{last} < {hi}; "
+                                            f"i{last}++)", *inner):
+                cw.line(add)
 
 
 def _loops(dims: Dims, shape: Sequence[Dim], first: int | None) -> list[str]:
