@@ -236,6 +236,38 @@ def test_reduce_sum_interleaved_chains_keep_the_canonical_order(cache, dtype):
         check(ex, {"x": v})
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_linear_resample_with_identity_leading_axes(cache, dtype):
+    """Static linear resamples whose leading axes are the identity sum only their nonzero-weight
+    corners (resample.py ``_resample_identity_prefix``): exact while the input is finite and
+    the sum is not -0. Checked bit for bit on ReLU-like zeros, a window of -0 (whose full sum is
+    -0 only if every zero-weight term is -0 too), a lone -0 beside negatives, and inputs holding
+    inf or NaN (every element then takes the full sum)."""
+    g = gradc.Graph("rs-id")
+    x = g.input("x", dtype, (2, 3, 5, 4))
+    g.output(ops.resample(x, (1, 1, 2, 2), "linear"), "up")
+    g.output(ops.resample(x, (1, 1, 1, 0.5), "linear"), "down")
+    g.output(ops.resample(x, (1, 2, 1, 2), "linear"), "mixed")   # identity prefix of 1 axis
+    ex = c_compile(g, cache, f"resample-identity-{dtype}")
+    assert "nz |=" in ex.source
+    rng = np.random.default_rng(5)
+    for case in range(5):
+        v = rng.standard_normal((2, 3, 5, 4)) * 10.0 ** rng.integers(-3, 4, (2, 3, 5, 4))
+        v = np.maximum(v, 0) if case == 0 else v
+        if case == 1:
+            v[0, :, 1:3, 1:3] = -0.0   # -0 windows in image 0 only: the zero-weight terms of
+            v[1, :, 1:3, 1:3] = 1.0    # the next image are +0, so the full sums are +0
+        if case == 2:
+            v[1] = -np.abs(v[1])
+            v[0, 1, 2, 2] = -0.0
+            v[1, 1, 2, 2] = -0.0
+        if case == 3:
+            v[1, 2, 3, 1] = np.inf
+        if case == 4:
+            v[0, 0, 0, 0] = np.nan
+        check(ex, {"x": v.astype(dtype)})
+
+
 def test_reduce_of_negative_zeros_is_negative_zero(cache):
     g = gradc.Graph("rz")
     x = g.input("x", "float32", (3, 2))
