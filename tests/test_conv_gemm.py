@@ -91,9 +91,10 @@ def test_gemm_path_is_bit_identical_to_the_reference(dtype, chunk, narrow, impli
     monkeypatch.setattr(conv_gemm, "NARROW", narrow)
     if implicit:
         monkeypatch.setattr(conv_gemm, "WASTE", 1e9)
+        monkeypatch.setattr(conv_gemm, "WASTE_BACKWARD", 1e9)
         monkeypatch.setattr(conv_gemm, "FG_PLANE", 0)
     else:
-        monkeypatch.setattr(conv_gemm, "implicit_ok", lambda *a: False)
+        monkeypatch.setattr(conv_gemm, "implicit_ok", lambda *a, **kw: False)
     rng = np.random.default_rng((7 if dtype is F32 else 8) + 10 * implicit)
     for i in range(6):
         (x, w, b, dy), f = _case(rng, dtype, unit=implicit)
@@ -109,7 +110,7 @@ def test_wide_layer_with_many_panels_and_row_chunks(narrow, implicit, monkeypatc
     orientations, with and without im2col."""
     monkeypatch.setattr(conv_gemm, "NARROW", narrow)
     if not implicit:
-        monkeypatch.setattr(conv_gemm, "implicit_ok", lambda *a: False)
+        monkeypatch.setattr(conv_gemm, "implicit_ok", lambda *a, **kw: False)
     rng = np.random.default_rng(3)
     x = rng.standard_normal((2, 40, 9, 7)).astype(F32)
     w = rng.standard_normal((263, 40, 3, 3)).astype(F32)
@@ -117,6 +118,7 @@ def test_wide_layer_with_many_panels_and_row_chunks(narrow, implicit, monkeypatc
     y = oracle.convolution(x, w, None, "cross_correlation", "forward", [1, 1], [1, 1], [1, 1],
                            [1, 1], [0, 0], 1)
     monkeypatch.setattr(conv_gemm, "WASTE", 1e9)
+    monkeypatch.setattr(conv_gemm, "WASTE_BACKWARD", 1e9)
     dy = rng.standard_normal(y.shape).astype(F32)
     _check(_graph(x, w, None, dy, f, 2), {"x": x, "w": w, "dy": dy})
 

@@ -468,6 +468,12 @@ def emit_convolution_backward(k: Kernel, t: CType, flip: bool, g: int, chans: tu
 # -- implicit im2col: unit strides on two spatial axes ----------------------------------------
 
 WASTE = 1.5  # implicit convolution when padded planes exceed the output planes at most this much
+# The same for a backward convolution, whose explicit path builds an im2col buffer of Cout x taps
+# rows (the forward one: Cin x taps): squeezenet's 48->192 and 64->256 expand layers at 7x7
+# (padded planes 1.65x the output) take 0.65 and 1.10 ms implicit against 0.96 and 1.38 ms
+# explicit, where their forward convolutions are faster explicit (0.46 and 0.76 ms against 0.59
+# and 1.03); at 3x3 (2.8x) both paths take the same time.
+WASTE_BACKWARD = 2.0
 FG_PLANE = 128  # implicit filter gradient over planes of at least this many positions
 DEPTHWISE_TAPS = 49  # depthwise filter gradients with up to this many taps: one chain per tap
 SKEW = 16  # elements between the channels of a padded copy (64+ bytes: other cache sets)
@@ -537,7 +543,7 @@ def _fill_padded(cw: CWriter, t: CType, p: _Padded) -> None:
 
 
 def implicit_ok(strides: Sequence[int], out: Sequence[int], kdims: Sequence[int],
-                dil: Sequence[int], filter_grad: bool, rows: int = 0) -> bool:
+                dil: Sequence[int], filter_grad: bool, rows: int = 0, forward: bool = True) -> bool:
     """True when a kernel takes the implicit path: two spatial axes at unit stride, and
 
     - a convolution, which computes the padded planes' extra columns too, wastes little;
@@ -550,7 +556,7 @@ def implicit_ok(strides: Sequence[int], out: Sequence[int], kdims: Sequence[int]
         return out[0] * out[1] >= FG_PLANE or rows < NARROW
     hp = out[0] + (kdims[0] - 1) * dil[0]
     wp = out[1] + (kdims[1] - 1) * dil[1]
-    return hp * wp <= WASTE * out[0] * out[1]
+    return hp * wp <= (WASTE if forward else WASTE_BACKWARD) * out[0] * out[1]
 
 
 MIN_K = 32  # a convolution whose sums are shorter reads faster from an im2col buffer
