@@ -16,6 +16,7 @@ import pytest
 
 import gradc
 from gradc import ops
+from gradc.backends.c import gemm as gemm_module
 from helpers import assert_bits
 
 # (M, N, K): edges of MR = 8, NR = 16/32, MC = 128, KC = 256, plus 1s and primes.
@@ -73,8 +74,11 @@ def test_blocked_c_gemm_equals_reference_bit_for_bit(dtype, seed, tables, monkey
     if tables:
         if dtype is np.float16:
             pytest.skip("float16 always takes the blocked kernel")
-        from gradc.backends.c import gemm as gemm_module
         monkeypatch.setattr(gemm_module, "TABLES_MIN", 0)
+        monkeypatch.setattr(gemm_module, "TABLES_MIN_FEW_ROWS", 0)
+    else:
+        monkeypatch.setattr(gemm_module, "TABLES_MIN", 1 << 62)
+        monkeypatch.setattr(gemm_module, "TABLES_MIN_FEW_ROWS", 1 << 62)
     cases = _cases(np.random.default_rng(seed), dtype)
     want, got = _run("reference", cases), _run("c", cases)
     for i in range(len(cases)):
