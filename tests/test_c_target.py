@@ -685,3 +685,23 @@ def test_clip_grad_condition_vectorizes_correctly(cache):
     got = gradc.compile(case.graph, target="c", cache_dir=cache)(**case.feeds)
     for k in want:
         assert_bits(got[k], want[k], nan_payload=False)
+
+
+def test_input_addresses_are_reused_only_for_the_same_array(cache):
+    """The runner keeps the previous call's input addresses (runtime.py ``_addresses``): a new
+    array in the same position, even one equal in shape and values, a view of another array, or
+    the same array updated in place, is read where it lies now."""
+    g = gradc.Graph("addr")
+    x = g.input("x", "float32", ("N", 3))
+    g.output(ops.add(x, x), "y")
+    ex = c_compile(g, cache)
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    assert_bits(ex(x=a)["y"], a + a)
+    b = a + 10
+    assert_bits(ex(x=b)["y"], b + b)
+    a[:] = -1
+    assert_bits(ex(x=a)["y"], a + a)
+    big = np.arange(30, dtype=np.float32).reshape(10, 3)
+    assert_bits(ex(x=big[4:6])["y"], big[4:6] * 2)
+    assert_bits(ex(x=big)["y"], big * 2)
+    assert_bits(ex(x=big[4:6])["y"], big[4:6] * 2)
