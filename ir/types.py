@@ -34,7 +34,7 @@ class DType(enum.Enum):
     @property
     def numpy(self) -> np.dtype:
         """The matching NumPy dtype."""
-        return np.dtype(self.value)
+        return _NUMPY[self]
 
     @property
     def short(self) -> str:
@@ -80,6 +80,7 @@ _SHORT = {
     DType.uint64: "u64", DType.uint32: "u32", DType.uint16: "u16", DType.uint8: "u8",
     DType.bool: "bool",
 }
+_NUMPY = {d: np.dtype(d.value) for d in DType}  # DType.numpy: built once, read per call
 _FROM_SHORT = {v: k for k, v in _SHORT.items()}
 
 FLOATS = (DType.float64, DType.float32, DType.float16)

@@ -81,7 +81,9 @@ class CRunner:
         outs = [ins[self.in_place[j]] if j in self.in_place else
                 _aligned_empty(self._shape(v, bindings), v.type.dtype.numpy)
                 for j, v in enumerate(self.outputs)]
-        ptrs = self._ptrs(*self._addresses(ins), *[a.ctypes.data for a in outs])
+        addr = self._addresses(ins)
+        ptrs = self._ptrs(*addr, *[addr[self.in_place[j]] if j in self.in_place else
+                                   a.ctypes.data for j, a in enumerate(outs)])
         if self.arena_bytes and self._arena_lock.acquire(blocking=False):
             try:
                 if self._arena is None:
