@@ -18,8 +18,9 @@ model: ``model.train()``, ``F.cross_entropy``, ``loss.backward()``, ``optimizer.
 ``zero_grad(set_to_none=True)``, with ``torch.set_num_threads(T)``. The MLP's output is a
 LogSoftmax; cross-entropy of it equals its nll_loss (log_softmax is idempotent), on both sides.
 Optimizer: ``--optimizer sgd`` is SGD(lr 0.01, momentum 0.9), ``adam`` is Adam(lr 1e-3),
-``adamw`` AdamW(lr 1e-3, weight_decay 0.01), on both sides. Dropout probabilities are 0 (``rm.no_dropout``), so every peer computes the same
-numbers; every peer trains on the same batch (seed 3) at every step.
+``adamw`` AdamW(lr 1e-3, weight_decay 0.01), on both sides. Dropout probabilities are 0
+(``rm.no_dropout``), so every peer computes the same numbers; every peer trains on the same
+batch (seed 3) at every step.
 
 "compile s" is the Trainer's construction (``training_step`` + ``gradc.compile``; the C
 compiler gets an empty cache directory unless ``--cache``); PyTorch has none ("-").

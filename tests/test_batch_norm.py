@@ -449,6 +449,10 @@ def test_c_interleaved_groups_match_reference(dtype):
         a = rng.standard_normal(shape) * 10.0 ** rng.integers(-3, 4, shape)
         feeds[v.name] = (np.abs(a) + 0.5 if v.name.startswith("p") else a).astype(dtype)
     want = gradc.compile(g, target="reference")(**feeds)
-    got = gradc.compile(g, target="c")(**feeds)
+    ex = gradc.compile(g, target="c")
+    for w in (8, 2):   # blocks of 8 (19 and 21 symbolic channels) and of 2 (6 channels)
+        assert f"gb * {w} + {w} <= " in ex.source
+    assert "const int64_t gg = gb;" in ex.source   # 1 channel: one group per block
+    got = ex(**feeds)
     for k in want:
         assert_bits(got[k], want[k], nan_payload=False)

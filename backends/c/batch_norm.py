@@ -32,9 +32,10 @@ from gradc.ir.types import Dim
 WIDTH = 8  # groups whose sums advance together (8 chains hide the adder's latency)
 
 
-def _width(groups: Dim) -> int:
-    """Groups per block: WIDTH, or fewer so that a static count still makes 2+ blocks."""
-    if not isinstance(groups, int):
+def _width(groups: int | None) -> int:
+    """Groups per block: WIDTH, or fewer so that a static count (None: symbolic) still makes
+    2+ blocks."""
+    if groups is None:
         return WIDTH
     w = WIDTH
     while w > 1 and groups < 2 * w:
@@ -87,7 +88,7 @@ class _Group:
         """The parallel loop over blocks of groups, each block's body, and the tail."""
         dims, cw, shape = self.k.dims, self.k.code, self.shape
         ng = dims.prod([shape[a] for a in self.kept])
-        w = _width(ng if all(isinstance(shape[a], int) for a in self.kept) else None)
+        w = _width(dims.prod_static([shape[a] for a in self.kept]))
         cw.line(omp_for(dims.prod(shape)))
         with cw.block(f"for (int64_t gb = 0; gb < (({ng}) + {w - 1}) / {w}; gb++)"):
             cw.line(f"const {self.a} n = ({self.a})(int64_t)"
