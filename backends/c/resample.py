@@ -26,10 +26,13 @@ a product of two axes. Every ``malloc`` failure returns 1 (the runtime reports i
 from __future__ import annotations
 
 import itertools
+from contextlib import contextmanager
+from typing import Iterator, Sequence
 
 import numpy as np
 
 from gradc.ir.ops.resample import axis_taps
+from gradc.ir.types import Dim
 
 from gradc.backends.c.kernel import (Anchored, Kernel, anchored, ctx_gen, fail_unless,
                                      omp_for)
@@ -103,20 +106,32 @@ def emit_resample(k: Kernel) -> None:
                 w = f"{w} * W{d}_{corner[d]}[o{d}]"
             idx = " + ".join(f"I{d}_{corner[d]}[o{d}] * {xst[d]}" for d in range(r))
             terms.append(f"({acc})({w}) * ({acc}){widen(t, f'{px}[{idx}]')}")
-        full = [f"s = {terms[0]};"] + [f"s = s + {term};" for term in terms[1:]]
         out = " + ".join(f"o{d} * {yst[d]}" for d in range(r))
+        store = f"{py}[{out}] = {_store(t, 's')};"
         lead = _identity_prefix(k) if t.is_float and not t.is_f16 else 0
         if 0 < lead < r:
-            _resample_identity_prefix(k, lead, terms, full, f"{py}[{out}] = {_store(t, 's')};")
+            _resample_identity_prefix(k, lead, terms, store)
             return
-        body += [f"{acc} {full[0]}", *full[1:], f"{py}[{out}] = {_store(t, 's')};"]
-    heads = [f"for (int64_t o{d} = 0; o{d} < {dims.expr(y.type.shape[d])}; o{d}++)"
-             for d in range(r)]
-    cw = k.code
-    cw.line(omp_for(dims.prod(y.type.shape), max(1, r - 1)))
-    with cw.under(*heads[:-1]), cw.block(heads[-1]):
-        cw.line(*body)
-    cw.line("free(ti); free(tw);")
+        body += [*_sum(terms, f"{acc} "), store]
+    with _each_output(k, y.type.shape):
+        k.code.line(*body)
+    k.code.line("free(ti); free(tw);")
+
+
+def _sum(terms: list[str], decl: str = "") -> list[str]:
+    """``s`` = the terms added in order (``decl``: the type, to declare ``s``)."""
+    return [f"{decl}s = {terms[0]};", *(f"s = s + {term};" for term in terms[1:])]
+
+
+@contextmanager
+def _each_output(k: Kernel, shape: Sequence[Dim], clause: str = "") -> Iterator[None]:
+    """The parallel loop nest over the output elements ``o0..o{r-1}`` (``clause``: more
+    OpenMP clauses)."""
+    heads = [f"for (int64_t o{d} = 0; o{d} < {k.dims.expr(n)}; o{d}++)"
+             for d, n in enumerate(shape)]
+    k.code.line(omp_for(k.dims.prod(shape), max(1, len(shape) - 1)) + clause)
+    with k.code.under(*heads[:-1]), k.code.block(heads[-1]):
+        yield
 
 
 IDENTITY_MAX = 1 << 16  # the largest leading axis whose taps are checked at compile time
@@ -140,8 +155,7 @@ def _identity_prefix(k: Kernel) -> int:
     return lead
 
 
-def _resample_identity_prefix(k: Kernel, lead: int, terms: list[str], full: list[str],
-                              store: str) -> None:
+def _resample_identity_prefix(k: Kernel, lead: int, terms: list[str], store: str) -> None:
     """Linear resample whose ``lead`` leading axes are the identity: of the 2^r corner terms
     only the 2^(r - lead) with the first tap on those axes (the first ones in the reference's
     order) have a nonzero weight. The others add w * x with w = +0: while every x is finite
@@ -152,26 +166,19 @@ def _resample_identity_prefix(k: Kernel, lead: int, terms: list[str], full: list
     the reference's sums at 1/2^lead of the work (UNet's 2x upsampling of 8x16x32x32: 2.1 ms
     -> 0.8 ms)."""
     x, y = k.node.inputs[0], k.node.outputs[0]
-    dims, cw, r = k.dims, k.code, len(y.type.shape)
-    t = ctype(x.type.dtype)
+    cw, shape = k.code, y.type.shape
     px = k.param(x)
-    nx = dims.prod(x.type.shape)
-    heads = [f"for (int64_t o{d} = 0; o{d} < {dims.expr(y.type.shape[d])}; o{d}++)"
-             for d in range(r)]
-    cw.line("int fin = 1, nz = 0;")
-    cw.line(f"for (int64_t i = 0; i < {nx}; i++) fin &= ({px}[i] - {px}[i] == 0);")
-    real = terms[:1 << (r - lead)]
-    cw.line(omp_for(dims.prod(y.type.shape), max(1, r - 1)) + " reduction(|:nz)")
-    with cw.under(*heads[:-1]), cw.block(heads[-1]):
-        cw.line(f"{t.acc} s = {real[0]};", *[f"s = s + {term};" for term in real[1:]],
-                "nz |= (s == 0) & (signbit(s) != 0);", store)
+    short = _sum(terms[:1 << (len(shape) - lead)], f"{ctype(x.type.dtype).acc} ")
+    cw.line("int fin = 1, nz = 0;",
+            f"for (int64_t i = 0; i < {k.dims.prod(x.type.shape)}; i++) "
+            f"fin &= ({px}[i] - {px}[i] == 0);")
+    with _each_output(k, shape, " reduction(|:nz)"):
+        cw.line(*short, "nz |= (s == 0) & (signbit(s) != 0);", store)
     with cw.block("if (!fin || nz)"):  # rare: recompute the elements that need the full sum
-        cw.line(omp_for(dims.prod(y.type.shape), max(1, r - 1)))
-        with cw.under(*heads[:-1]), cw.block(heads[-1]):
-            cw.line(f"{t.acc} s = {real[0]};", *[f"s = s + {term};" for term in real[1:]])
+        with _each_output(k, shape):
+            cw.line(*short)
             with cw.block("if (!fin || (s == 0 && signbit(s)))"):
-                cw.line(*full)
-                cw.line(store)
+                cw.line(*_sum(terms), store)
     cw.line("free(ti); free(tw);")
 
 
