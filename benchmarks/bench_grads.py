@@ -288,17 +288,22 @@ def load() -> str:
 
 # ---------------------------------------------------------------- main
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """The command line."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def model_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options that pick and size the models (this module's, bench_train_step's and
+    bench_models' command lines)."""
     ap.add_argument("--models", default=",".join(MODELS),
                     help=f"comma-separated subset of: {', '.join(MODELS)}")
     ap.add_argument("--batch", type=int, default=8, help="batch size (default 8)")
     ap.add_argument("--size", type=int, default=64,
                     help="image side for the CNNs (default 64; the MLP is always 3x32x32)")
     ap.add_argument("--width", type=int, default=1,
-                    help="channel divisor (default 1: full torchvision widths, slow on a small "
-                    "machine; 8 gives a quick run)")
+                    help="channel divisor (default 1: the full models; 8 gives a quick run)")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    model_arguments(ap)
     ap.add_argument("--targets", default="c,numpy,onnx",
                     help=f"gradc targets, comma-separated subset of: {', '.join(TARGETS)}")
     ap.add_argument("--repeats", type=int, default=5, help="timed calls per round (default 5)")

@@ -465,16 +465,8 @@ def profile_tables(results: dict[str, dict[str, Peer]]) -> list[str]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The command line."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", default=",".join(MODELS),
-                    help=f"comma-separated subset of: {', '.join(MODELS)}")
-    ap.add_argument("--batch", type=int, default=8, help="batch size (default 8)")
-    ap.add_argument("--size", type=int, default=64,
-                    help="image side for the CNNs (default 64; the MLP is always 3x32x32)")
-    ap.add_argument("--width", type=int, default=1,
-                    help="channel divisor (default 1: the full models; 8 gives a quick run)")
-    ap.add_argument("--optimizer", choices=tuple(bts.OPTIMIZERS), default="adamw",
-                    help="; ".join(f"{k}: {v}" for k, v in bts.OPTIMIZERS.items())
-                    + " (default adamw: issue 13's step is forward, backward, AdamW)")
+    bts.model_arguments(ap)
+    bts.optimizer_argument(ap, "adamw", ": issue 13's step is forward, backward, AdamW")
     ap.add_argument("--steps", type=int, default=3, help="timed steps per round (default 3)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     ap.add_argument("--threads", type=int, default=2,

@@ -78,11 +78,10 @@ import gradc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import real_models as rm  # noqa: E402  (tests/ is not a package)
-from bench_grads import load, machine  # noqa: E402  (the same facts, one place)
+from bench_grads import MODELS, load, machine, model_arguments  # noqa: E402  (one place)
 
 logging.getLogger("torch.onnx").setLevel(logging.ERROR)
 
-MODELS = ("resnet18", "mobilenet_v2", "squeezenet1_0", "unet", "mlp")
 TARGETS = ("c", "numpy", "onnx")
 THREADED = ("c", "onnx")   # the targets that take threads=T
 TORCH = "torch"
@@ -362,20 +361,20 @@ def table(models: dict[str, int], results: dict[str, dict[str, Peer]], peers: li
 
 # ---------------------------------------------------------------- main
 
+def optimizer_argument(ap: argparse.ArgumentParser, default: str, why: str = "") -> None:
+    """``--optimizer``, one of OPTIMIZERS."""
+    ap.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default=default,
+                    help="; ".join(f"{k}: {v}" for k, v in OPTIMIZERS.items())
+                    + f" (default {default}{why})")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The command line."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", default=",".join(MODELS),
-                    help=f"comma-separated subset of: {', '.join(MODELS)}")
-    ap.add_argument("--batch", type=int, default=8, help="batch size (default 8)")
-    ap.add_argument("--size", type=int, default=64,
-                    help="image side for the CNNs (default 64; the MLP is always 3x32x32)")
-    ap.add_argument("--width", type=int, default=1,
-                    help="channel divisor (default 1: the full models; 8 gives a quick run)")
+    model_arguments(ap)
     ap.add_argument("--targets", default=",".join(TARGETS),
                     help=f"gradc targets, comma-separated subset of: {', '.join(TARGETS)}")
-    ap.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default="sgd",
-                    help="; ".join(f"{k}: {v}" for k, v in OPTIMIZERS.items()) + " (default sgd)")
+    optimizer_argument(ap, "sgd")
     ap.add_argument("--steps", type=int, default=3, help="timed steps per round (default 3)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     ap.add_argument("--threads", type=int, default=2,
