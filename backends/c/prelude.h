@@ -227,17 +227,23 @@ static inline void gc_axis_taps(int64_t nc, int64_t n, float scale, float ipo, f
  * computes. Both operands are read where they lie, through tables of offsets:
  * A[m, k] = A[amo[m] + aoff[k]] and B[k, n] = B[boff[k] + bno[n]] (bno NULL: bno[n] = n) -- a
  * filter in any layout a convolution reads it, an input with zero borders read at each tap's
- * shift (implicit im2col), a cotangent across images. A is never copied; B is packed per block,
- * unless bpk says it is packed already: panel-major, B[((n / NR) * K + k) * NR + n % NR], zero
- * past N, 64-byte aligned (boff and bno are then not read). C is row-major, row stride ldc.
+ * shift (implicit im2col), a cotangent across images. B is packed per block, unless bpk says it
+ * is packed already: panel-major, B[((n / NR) * K + k) * NR + n % NR], zero past N, 64-byte
+ * aligned (boff and bno are then not read). C is row-major, row stride ldc.
  *
- * A job is (panel of NR columns, chunk of GC_MC rows); the jobs are shared by an orphaned
- * `omp for` among the threads of the enclosing parallel region (serially outside one), with
- * the barrier at its end. Per job, k runs in blocks of GC_KC: the block of B is packed into an
- * aligned KC x NR panel with zeros past N, and each GC_MR x NR tile of the chunk stays in vector
- * registers over the block (rows past M repeat the last row and are dropped). The tile is
- * GC_MR x 1 vector (8 x 16 floats): measured on AMD Zen 4 (AVX-512), it runs at 150-200
- * GFLOP/s on 2 cores where 8 x 2 vectors ran at 130-150 (the macro takes NV = 1 or 2). */
+ * When at least GC_PACK_MIN panels of NR columns read A, it is first packed once for all of
+ * them (shared, in parallel): GC_MR-row strips, k-major, so a tile's k-step reads GC_MR
+ * consecutive elements; with fewer panels (or if that buffer cannot be allocated) A is read in
+ * place through its tables in tiles of GC_MRD rows. A job is (chunk of GC_MC rows, group of
+ * panels: up to GC_NCP when A is packed, else one); the jobs are shared by an orphaned `omp
+ * for` among the threads of the enclosing parallel region (serially outside one), with the
+ * barrier at its end. Per job, k runs in blocks of GC_KC (the chunk's block of packed A stays
+ * in L2 over the group), and per block and panel the block of B is packed into an aligned
+ * KC x NR panel with zeros past N (L1); each tile of the chunk (GC_MR or GC_MRD rows x NR)
+ * stays in vector registers over the block (rows past M repeat the last row and are dropped). Measured on AMD Zen 4 (AVX-512, 2 cores) at
+ * 1024^3: 16-row tiles of packed A run at 180-190 GFLOP/s, 8-row tiles of A in place at
+ * 150-160, 8 x 2 or 6 x 2 vectors at 130. Without AVX-512's 32 vector registers the packed
+ * tile is 8 rows too. */
 GC_INLINE int gc_threads(void) {  /* threads of the enclosing parallel region */
 #ifdef _OPENMP
   return omp_get_num_threads();
@@ -245,56 +251,90 @@ GC_INLINE int gc_threads(void) {  /* threads of the enclosing parallel region */
   return 1;
 #endif
 }
+#if defined(__AVX512F__)
+#define GC_MR 16
+#else
 #define GC_MR 8
+#endif
+#define GC_MRD 8
 #ifndef GC_MC
 #define GC_MC 256
 #endif
 #ifndef GC_KC
-#define GC_KC 128
+#define GC_KC 256
 #endif
-#define GC_ROW(T, R) const T *a##R = A + amo[m0 + i + (R < rows ? R : rows - 1)];
-#define GC_STEP(T, V, NV, R) {                                                                 \
-    const T x = a##R[o]; V p = b0 * x; c##R##a = c##R##a + p;                                  \
-    if (NV == 2) { p = b1 * x; c##R##b = c##R##b + p; } }
-#define GC_LOAD(R) { memcpy(&c##R##a, src + R * ld, sizeof c##R##a);                           \
-    if (GV == 2) memcpy(&c##R##b, src + R * ld + GL, sizeof c##R##b); }
-#define GC_STORE(R) { memcpy(dst + R * ld, &c##R##a, sizeof c##R##a);                          \
-    if (GV == 2) memcpy(dst + R * ld + GL, &c##R##b, sizeof c##R##b); }
-#define GC_DEFINE_GEMM(T, NAME, V, LANES, NV)                                                   \
+#ifndef GC_PACK_MIN
+#define GC_PACK_MIN 8
+#endif
+#ifndef GC_NCP
+#define GC_NCP 64
+#endif
+#define GC_UNROLL _Pragma("GCC unroll 16")
+/* One MRX x NR tile over a k-block: acc[r] += B row kk * A(r, kk) for kk ascending, where ADV
+ * prepares step kk and A(r) reads row r's element of it. */
+#define GC_TILE(T, V, MRX, ADV, AEL) {                                                         \
+    V acc[MRX];                                                                                \
+    GC_UNROLL for (int r = 0; r < MRX; r++) {                                                  \
+      if (fresh) acc[r] = (V){0}; else memcpy(&acc[r], src + r * ld, sizeof(V)); }            \
+    for (int64_t kk = 0; kk < kb; kk++) {                                                      \
+      const V b = *(const V *)(bp + kk * NR);                                                  \
+      ADV                                                                                      \
+      GC_UNROLL for (int r = 0; r < MRX; r++) { const V p = b * (AEL); acc[r] = acc[r] + p; }  \
+    }                                                                                          \
+    T *dst = full ? c : tile;                                                                  \
+    GC_UNROLL for (int r = 0; r < MRX; r++) memcpy(dst + r * ld, &acc[r], sizeof(V)); }
+#define GC_DEFINE_GEMM(T, NAME, V, LANES)                                                       \
 static inline __attribute__((unused)) void NAME(                                               \
     int64_t M, int64_t N, int64_t K, const T *restrict A, const int64_t *restrict amo,         \
     const int64_t *restrict aoff, const T *restrict B, const int64_t *restrict boff,           \
-    const int64_t *restrict bno, T *restrict C, int64_t ldc, int zero_c, int bpk) {        \
-  enum { NR = NV * LANES, GV = NV, GL = LANES };                                               \
+    const int64_t *restrict bno, T *restrict C, int64_t ldc, int zero_c, int bpk) {            \
+  enum { NR = LANES };                                                                         \
   const int64_t NP = (N + NR - 1) / NR;                                                        \
+  T *ap = NULL;                                                                                \
+  if (NP >= GC_PACK_MIN) {                                                                     \
+    _Pragma("omp single copyprivate(ap)")                                                      \
+    ap = (T *)gc_alloc((size_t)((M + GC_MR - 1) / GC_MR * GC_MR) * (size_t)K * sizeof(T));     \
+    if (ap) {                                                                                  \
+      _Pragma("omp for schedule(static)")                                                      \
+      for (int64_t sp = 0; sp < (M + GC_MR - 1) / GC_MR; sp++)                                 \
+        for (int64_t r = 0; r < GC_MR; r++) {                                                  \
+          const T *s = A + amo[sp * GC_MR + r < M ? sp * GC_MR + r : M - 1];                   \
+          T *d = ap + sp * K * GC_MR + r;                                                      \
+          for (int64_t kk = 0; kk < K; kk++) d[kk * GC_MR] = s[aoff[kk]];                      \
+        }                                                                                      \
+    }                                                                                          \
+  }                                                                                            \
+  const int64_t mr = ap ? GC_MR : GC_MRD;                                                      \
   int64_t mcs = GC_MC; /* smaller row chunks when there are too few jobs for the threads */    \
-  while (mcs > GC_MR && NP * ((M + mcs - 1) / mcs) < 2 * (int64_t)gc_threads())                \
-    mcs = (mcs / 2 + GC_MR - 1) / GC_MR * GC_MR;                                               \
-  const int64_t NMC = (M + mcs - 1) / mcs, J = NP * NMC;                                       \
+  while (mcs > mr && NP * ((M + mcs - 1) / mcs) < 2 * (int64_t)gc_threads())                  \
+    mcs = (mcs / 2 + mr - 1) / mr * mr;                                                        \
+  const int64_t NMC = (M + mcs - 1) / mcs;                                                     \
+  int64_t NG = ap ? (NP + GC_NCP - 1) / GC_NCP : NP; /* groups of panels per row chunk */      \
+  while (NG < NP && NG * NMC < 2 * (int64_t)gc_threads()) NG++;                                \
+  const int64_t GP = (NP + NG - 1) / NG, J = (NP + GP - 1) / GP * NMC;                         \
   _Pragma("omp for schedule(static)")                                                          \
   for (int64_t job = 0; job < J; job++) {                                                      \
-    const int64_t n0 = job / NMC * NR, m0 = job % NMC * mcs;                                   \
-    const int64_t nb = N - n0 < NR ? N - n0 : NR, mb = M - m0 < mcs ? M - m0 : mcs;            \
-    _Alignas(64) T bpbuf[GC_KC * NR];                                                      \
+    const int64_t g0 = job / NMC * GP, m0 = job % NMC * mcs;                                   \
+    const int64_t g1 = NP - g0 < GP ? NP : g0 + GP, mb = M - m0 < mcs ? M - m0 : mcs;          \
+    _Alignas(64) T bpbuf[GC_KC * NR];                                                          \
     _Alignas(64) T tile[GC_MR * NR];                                                           \
-    for (int64_t k0 = 0; k0 < K; k0 += GC_KC) {                                                \
+    for (int64_t k0 = 0; k0 < K; k0 += GC_KC)                                                  \
+    for (int64_t g = g0; g < g1; g++) {                                                        \
       const int64_t kb = K - k0 < GC_KC ? K - k0 : GC_KC;                                      \
-      const T *bp = bpk ? B + (n0 / NR * K + k0) * NR : bpbuf;                             \
-      for (int64_t kk = 0; kk < kb && !bpk; kk++) {                                        \
+      const int64_t n0 = g * NR, nb = N - n0 < NR ? N - n0 : NR;                               \
+      const T *bp = bpk ? B + (g * K + k0) * NR : bpbuf;                                       \
+      for (int64_t kk = 0; kk < kb && !bpk; kk++) {                                            \
         const T *s = B + boff[k0 + kk];                                                        \
-        T *d = bpbuf + kk * NR;                                                            \
+        T *d = bpbuf + kk * NR;                                                                \
         if (!bno) for (int64_t j = 0; j < nb; j++) d[j] = s[n0 + j];                           \
         else for (int64_t j = 0; j < nb; j++) d[j] = s[bno[n0 + j]];                           \
         for (int64_t j = nb; j < NR; j++) d[j] = 0;                                            \
       }                                                                                        \
       const int fresh = zero_c && k0 == 0;                                                     \
-      const int64_t *ko = aoff + k0;                                                           \
-      for (int64_t i = 0; i < mb; i += GC_MR) {                                                \
-        const int64_t rows = mb - i < GC_MR ? mb - i : GC_MR;                                  \
-        const int full = rows == GC_MR && nb == NR;                                            \
+      for (int64_t i = 0; i < mb; i += mr) {                                                   \
+        const int64_t rows = mb - i < mr ? mb - i : mr;                                        \
+        const int full = rows == mr && nb == NR;                                               \
         T *c = C + (m0 + i) * ldc + n0;                                                        \
-        GC_ROW(T, 0) GC_ROW(T, 1) GC_ROW(T, 2) GC_ROW(T, 3)                                    \
-        GC_ROW(T, 4) GC_ROW(T, 5) GC_ROW(T, 6) GC_ROW(T, 7)                                    \
         const T *src = full ? c : tile;                                                        \
         const int64_t ld = full ? ldc : NR;                                                    \
         if (!full) {                                                                           \
@@ -303,34 +343,29 @@ static inline __attribute__((unused)) void NAME(                                
             for (int64_t r = 0; r < rows; r++)                                                 \
               for (int64_t j = 0; j < nb; j++) tile[r * NR + j] = c[r * ldc + j];              \
         }                                                                                      \
-        V c0a = {0}, c0b = {0}, c1a = {0}, c1b = {0}, c2a = {0}, c2b = {0}, c3a = {0};         \
-        V c3b = {0}, c4a = {0}, c4b = {0}, c5a = {0}, c5b = {0}, c6a = {0}, c6b = {0};         \
-        V c7a = {0}, c7b = {0};                                                                \
-        if (!fresh) {                                                                          \
-          GC_LOAD(0) GC_LOAD(1) GC_LOAD(2) GC_LOAD(3) GC_LOAD(4) GC_LOAD(5) GC_LOAD(6)         \
-          GC_LOAD(7)                                                                           \
+        if (ap) {                                                                              \
+          const T *a = ap + ((m0 + i) * K + k0 * GC_MR);                                       \
+          GC_TILE(T, V, GC_MR, const T *ak = a + kk * GC_MR;, ak[r])                           \
+        } else {                                                                               \
+          const T *ar[GC_MRD];                                                                 \
+          GC_UNROLL for (int r = 0; r < GC_MRD; r++) ar[r] = A + amo[m0 + i + (r < rows ? r : rows - 1)]; \
+          const int64_t *ko = aoff + k0;                                                       \
+          GC_TILE(T, V, GC_MRD, const int64_t o = ko[kk];, ar[r][o])                           \
         }                                                                                      \
-        for (int64_t kk = 0; kk < kb; kk++) {                                                  \
-          const V b0 = *(const V *)(bp + kk * NR);                                             \
-          const V b1 = NV == 2 ? *(const V *)(bp + kk * NR + (NV - 1) * LANES) : b0;           \
-          const int64_t o = ko[kk];                                                            \
-          GC_STEP(T, V, NV, 0) GC_STEP(T, V, NV, 1) GC_STEP(T, V, NV, 2)                       \
-          GC_STEP(T, V, NV, 3) GC_STEP(T, V, NV, 4) GC_STEP(T, V, NV, 5)                       \
-          GC_STEP(T, V, NV, 6) GC_STEP(T, V, NV, 7)                                            \
-        }                                                                                      \
-        T *dst = full ? c : tile;                                                              \
-        GC_STORE(0) GC_STORE(1) GC_STORE(2) GC_STORE(3) GC_STORE(4) GC_STORE(5) GC_STORE(6)    \
-        GC_STORE(7)                                                                            \
         if (!full)                                                                             \
           for (int64_t r = 0; r < rows; r++)                                                   \
-            for (int64_t j = 0; j < nb; j++) c[r * ldc + j] = tile[r * NR + j];                \
+            for (int64_t j = 0; j < nb; j++) c[r * ldc + j] = tile[r * NR + j];              \
       }                                                                                        \
     }                                                                                          \
+  }                                                                                            \
+  if (ap) {                                                                                    \
+    _Pragma("omp single nowait")                                                               \
+    free(ap);                                                                                  \
   }                                                                                            \
 }
 typedef float gc_vf32 __attribute__((vector_size(64)));
 typedef double gc_vf64 __attribute__((vector_size(64)));
-GC_DEFINE_GEMM(float, gc_gemm_f32, gc_vf32, 16, 1)
-GC_DEFINE_GEMM(double, gc_gemm_f64, gc_vf64, 8, 1)
+GC_DEFINE_GEMM(float, gc_gemm_f32, gc_vf32, 16)
+GC_DEFINE_GEMM(double, gc_gemm_f64, gc_vf64, 8)
 
 #endif  /* GRADC_PRELUDE_H */
