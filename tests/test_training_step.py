@@ -332,6 +332,36 @@ def test_c_trainer_updates_state_in_place():
     assert num.last_step_bytes == {"in_place": 0, "allocated": total, "copied": 0}
 
 
+def test_c_step_updates_each_parameter_right_after_its_gradient():
+    """The C program runs a parameter's update as soon as its gradient exists (``emit.
+    _hoist_sinks``), not after the whole backward pass: w2's update precedes the product that
+    gives w1's gradient, and each update follows the product that gives its own gradient.
+    (The weights are above ``SMALL_RESULTS`` elements: smaller kernels all move alike.)"""
+    r = np.random.default_rng(0)
+    g = gradc.Graph("mlp")
+    x = g.input("x", "float32", ("N", 40))
+    w1 = g.parameter("w1", (r.standard_normal((48, 40)) * 0.1).astype(F32))
+    w2 = g.parameter("w2", (r.standard_normal((30, 48)) * 0.1).astype(F32))
+    with g:
+        y = ops.gemm(ops.relu(ops.gemm(x, w1, trans_b=True)), w2, trans_b=True)
+    g.output(y, "y")
+    s = gradc.training_step(g, gradc.optim.Adam(), loss="cross_entropy")
+    exe = gradc.compile(s, "c", profile=True)
+    feeds = {"x": r.standard_normal((6, 40)).astype(F32), "labels": np.arange(6) % 30}
+    exe(**feeds, step=np.array([1]))
+    whats = [r["what"] for r in sorted(exe.profile(), key=lambda r: int(r["kernel"][1:]))]
+
+    def at(what: str) -> int:
+        return next(i for i, w in enumerate(whats) if w.startswith(what))
+    upd = "fused elementwise (sub, mul, add, sqrt, div) -> "
+    assert at("gemm -> float32[30x48]") < at(upd + "float32[30x48]") < at("gemm -> float32[48x40]")
+    assert at("gemm -> float32[48x40]") < at(upd + "float32[48x40]")
+    ref = gradc.compile(s, "reference")(**feeds, step=np.array([1]))
+    got = exe(**feeds, step=np.array([1]))
+    for k in ref:
+        np.testing.assert_array_equal(got[k], ref[k])
+
+
 def test_in_place_executable_never_overwrites_its_default_parameters():
     s = gradc.training_step(mlp(), gradc.optim.SGD(0.1), loss="cross_entropy")
     exe = gradc.compile(s, "c", update_in_place={"w1.next": "w1"})

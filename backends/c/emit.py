@@ -157,8 +157,59 @@ def generate(graph: Graph, shapes: Mapping[str, int] | None = None,
     _flatten(graph, plan)
     symbols = _symbols(graph, plan.nodes)
     plan.dims = Dims(symbols, dict(shapes or {}))
+    _hoist_sinks(plan)
     granted = _plan_in_place(graph, plan, in_place or {})
     return _Builder(graph, plan, symbols, granted, profile).build()
+
+
+SMALL_RESULTS = 1024  # elements: a kernel whose results are all this small runs early
+
+
+def _hoist_sinks(plan: _Plan) -> None:
+    """Moves each kernel whose results no other kernel reads (the graph's outputs only: an
+    optimizer's update of a parameter and its moments, a returned gradient), and each kernel
+    whose results are small (``SMALL_RESULTS`` elements in all, static), up to just after the
+    last kernel it depends on; the others keep their order.
+
+    A training step's updates come last in its graph, long after the backward pass produced
+    their gradients; run there, each re-reads its gradient from memory, and the gradient's
+    buffer stays live to the end of the step. Run early, the gradient (and the parameter, which
+    the backward has just read) are still in cache and the gradient's buffer is freed at once.
+    The small kernels are what the updates share (the bias corrections of the step number) or
+    reduce a large value to (a bias gradient); moved up, no value but their small results lives
+    longer. ``_plan_in_place`` may still move an update down, after the last reader of the
+    buffer it overwrites.
+
+    The order stays topological: a moved kernel follows its dependencies (fixed ones by
+    position, moved ones by the same rule, earlier in the original order), and a fixed kernel
+    that reads a moved one still follows it (the moved one's dependencies all precede it).
+    """
+    read = {plan.resolve(u) for n in plan.nodes for u in n.inputs}
+
+    def movable(n: Node) -> bool:
+        if not n.outputs:
+            return False
+        if not any(v in read for v in n.outputs):
+            return True
+        sizes = [plan.dims.prod_static(v.type.shape) for v in n.outputs]
+        return all(s is not None for s in sizes) and sum(sizes) <= SMALL_RESULTS  # type: ignore
+
+    fixed: dict[Node, int] = {}
+    anchor: dict[Node, int] = {}
+    after: dict[int, list[Node]] = {}
+    for n in plan.nodes:
+        if not movable(n):
+            fixed[n] = len(fixed)
+            continue
+        deps = [fixed[p] if p in fixed else anchor[p] for u in n.inputs
+                if (p := plan.resolve(u).producer) in fixed or p in anchor]
+        anchor[n] = max(deps, default=-1)
+        after.setdefault(anchor[n], []).append(n)
+    order = after.get(-1, [])
+    for n, k in fixed.items():
+        order.append(n)
+        order.extend(after.get(k, []))
+    plan.nodes[:] = order
 
 
 def _plan_in_place(graph: Graph, plan: _Plan, wanted: Mapping[str, str]) -> dict[int, int]:
