@@ -296,12 +296,15 @@ static inline __attribute__((unused)) void NAME(                                
     ap = (T *)gc_alloc((size_t)((M + GC_MR - 1) / GC_MR * GC_MR) * (size_t)K * sizeof(T));     \
     if (ap) {                                                                                  \
       _Pragma("omp for schedule(static)")                                                      \
-      for (int64_t sp = 0; sp < (M + GC_MR - 1) / GC_MR; sp++)                                 \
-        for (int64_t r = 0; r < GC_MR; r++) {                                                  \
-          const T *s = A + amo[sp * GC_MR + r < M ? sp * GC_MR + r : M - 1];                   \
-          T *d = ap + sp * K * GC_MR + r;                                                      \
-          for (int64_t kk = 0; kk < K; kk++) d[kk * GC_MR] = s[aoff[kk]];                      \
+      for (int64_t sp = 0; sp < (M + GC_MR - 1) / GC_MR; sp++) {                               \
+        int64_t ro[GC_MR];                                                                     \
+        for (int64_t r = 0; r < GC_MR; r++) ro[r] = amo[sp * GC_MR + r < M ? sp * GC_MR + r : M - 1]; \
+        T *d = ap + sp * K * GC_MR;                                                            \
+        for (int64_t kk = 0; kk < K; kk++) {                                                   \
+          const T *s = A + aoff[kk];                                                           \
+          GC_UNROLL for (int r = 0; r < GC_MR; r++) d[kk * GC_MR + r] = s[ro[r]];              \
         }                                                                                      \
+      }                                                                                        \
     }                                                                                          \
   }                                                                                            \
   const int64_t mr = ap ? GC_MR : GC_MRD;                                                      \
