@@ -139,6 +139,23 @@ def test_non_finite_factor_falls_back_to_skipping_padding(direction):
     assert np.isfinite(got["y"]).any() and np.isfinite(got["dw"]).any()
 
 
+def test_non_finite_factor_found_by_the_threads_of_a_large_check(monkeypatch):
+    """The finite check of a large filter runs on the kernel's threads (``FINITE_PAR_MIN``):
+    an inf in the first block, among many finite ones, still sends the convolution down the
+    exact path (checked with the threshold at 1 and at its value: a 2**18-element filter)."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 512, 2, 2)).astype(F32)
+    w = rng.standard_normal((64, 512, 3, 3)).astype(F32)
+    assert w.size >= conv_gemm.FINITE_PAR_MIN
+    w[0, 0, 0, 0] = np.inf  # first block: a thread that overwrote the flag would lose it
+    f = dict(start_padding=(1, 1), end_padding=(1, 1))
+    dy = np.ones((1, 64, 2, 2), F32)
+    for threshold in (1, conv_gemm.FINITE_PAR_MIN):
+        monkeypatch.setattr(conv_gemm, "FINITE_PAR_MIN", threshold)
+        got = _check(_graph(x, w, None, dy, f, 1), {"x": x, "w": w, "dy": dy})
+        assert np.isfinite(got["y"][0, 0, 0, 0])  # the gemm path would give 0 * inf = NaN
+
+
 def test_gemm_path_compiles_without_warnings(tmp_path):
     for i, direction in enumerate(["forward", "backward"]):
         g = gradc.Graph(f"wg{i}")

@@ -59,18 +59,28 @@ def suffix(t: CType) -> str:
     return "f32" if t.acc == "float" else "f64"
 
 
+# Elements from which the finite check runs on the kernel's threads: it reads every weight of a
+# convolution (forward and backward) each step, 11M of resnet18's at a time, where one core
+# reads at about 60 GB/s (0.16 ms for a 512x512x3x3 filter) and two nearly twice that.
+FINITE_PAR_MIN = 1 << 18
+
+
 def finite_check(cw: CWriter, t: CType, ptr: str, count: str) -> None:
-    """``int nonfinite``: 1 when any of ``count`` elements at ``ptr`` is NaN or infinite."""
+    """``int nonfinite``: 1 when any of ``count`` elements at ``ptr`` is NaN or infinite (all
+    are read: the threads split them, and a non-finite value takes the slow exact path anyway).
+    """
     bits, mask = (("uint32_t", "0x7f800000u") if t.acc == "float" else
                   ("uint64_t", "UINT64_C(0x7ff0000000000000)"))
     cw.line("int nonfinite = 0;")
     with cw.block():
         cw.line(f"const {bits} *fb = (const {bits} *)(const void *){ptr};",
-                f"const int64_t fn = {count};")
-        with cw.block("for (int64_t f0 = 0; f0 < fn && !nonfinite; f0 += 4096)"):
+                f"const int64_t fn = {count};",
+                "#pragma omp parallel for num_threads(nt) schedule(static) "
+                f"reduction(|:nonfinite) if(fn >= {FINITE_PAR_MIN})")
+        with cw.block("for (int64_t f0 = 0; f0 < fn; f0 += 4096)"):
             cw.line("const int64_t f1 = fn - f0 < 4096 ? fn - f0 : 4096;", "int bad = 0;",
                     f"for (int64_t f = f0; f < f0 + f1; f++) bad |= (fb[f] & {mask}) == {mask};",
-                    "nonfinite = bad;")
+                    "nonfinite |= bad;")
 
 
 def _rows_per_chunk(k_rows: int, row_len: int, rows: str) -> str:
