@@ -235,7 +235,7 @@ static inline void gc_axis_taps(int64_t nc, int64_t n, float scale, float ipo, f
  * them (shared, in parallel): GC_MR-row strips, k-major, so a tile's k-step reads GC_MR
  * consecutive elements; with fewer panels (or if that buffer cannot be allocated) A is read in
  * place through its tables in tiles of GC_MRD rows. A job is (chunk of GC_MC rows, group of
- * panels: up to GC_NCP when A is packed, else one); the jobs are shared by an orphaned `omp
+ * panels: up to GC_NCP when A is packed, as many as balance the threads, else one); the jobs are shared by an orphaned `omp
  * for` among the threads of the enclosing parallel region (serially outside one), with the
  * barrier at its end. Per job, k runs in blocks of GC_KC (the chunk's block of packed A stays
  * in L2 over the group), and per block and panel the block of B is packed into an aligned
@@ -312,9 +312,19 @@ static inline __attribute__((unused)) void NAME(                                
   while (mcs > mr && NP * ((M + mcs - 1) / mcs) < 2 * (int64_t)gc_threads())                  \
     mcs = (mcs / 2 + mr - 1) / mr * mr;                                                        \
   const int64_t NMC = (M + mcs - 1) / mcs;                                                     \
-  int64_t NG = ap ? (NP + GC_NCP - 1) / GC_NCP : NP; /* groups of panels per row chunk */      \
-  while (NG < NP && NG * NMC < 2 * (int64_t)gc_threads()) NG++;                                \
-  const int64_t GP = (NP + NG - 1) / NG, J = (NP + GP - 1) / GP * NMC;                         \
+  /* Groups of panels per row chunk (packed A): as few as give the busiest thread the fewest   \
+   * panels, its share of the static schedule's jobs times the panels per job. */              \
+  int64_t GP = 1;                                                                              \
+  if (ap) {                                                                                    \
+    const int64_t nth = gc_threads();                                                          \
+    int64_t load = INT64_MAX, ng0 = (NP + GC_NCP - 1) / GC_NCP;                                \
+    while (ng0 < NP && ng0 * NMC < 2 * nth) ng0++; /* two jobs per thread at least */          \
+    for (int64_t ng = ng0; ng <= NP && ng <= ng0 + 4 * nth; ng++) {                            \
+      const int64_t gp = (NP + ng - 1) / ng, jobs = (NP + gp - 1) / gp * NMC;                  \
+      if ((jobs + nth - 1) / nth * gp < load) { load = (jobs + nth - 1) / nth * gp; GP = gp; }\
+    }                                                                                          \
+  }                                                                                            \
+  const int64_t J = (NP + GP - 1) / GP * NMC;                                                  \
   _Pragma("omp for schedule(static)")                                                          \
   for (int64_t job = 0; job < J; job++) {                                                      \
     const int64_t g0 = job / NMC * GP, m0 = job % NMC * mcs;                                   \
