@@ -308,13 +308,16 @@ static inline __attribute__((unused)) void NAME(                                
     }                                                                                          \
   }                                                                                            \
   const int64_t mr = ap ? GC_MR : GC_MRD;                                                      \
+  /* A read in place and 4x the size of B (a filter against few columns): each job takes all   \
+   * the panels, so each row of A is read once, while it is in L2. */                         \
+  const int all = !ap && M >= 4 * N;                                                           \
   int64_t mcs = GC_MC; /* smaller row chunks when there are too few jobs for the threads */    \
-  while (mcs > mr && NP * ((M + mcs - 1) / mcs) < 2 * (int64_t)gc_threads())                  \
+  while (mcs > mr && (all ? 1 : NP) * ((M + mcs - 1) / mcs) < 2 * (int64_t)gc_threads())       \
     mcs = (mcs / 2 + mr - 1) / mr * mr;                                                        \
   const int64_t NMC = (M + mcs - 1) / mcs;                                                     \
   /* Groups of panels per row chunk (packed A): as few as give the busiest thread the fewest   \
    * panels, its share of the static schedule's jobs times the panels per job. */              \
-  int64_t GP = 1;                                                                              \
+  int64_t GP = all ? NP : 1;                                                                   \
   if (ap) {                                                                                    \
     const int64_t nth = gc_threads();                                                          \
     int64_t load = INT64_MAX, ng0 = (NP + GC_NCP - 1) / GC_NCP;                                \
