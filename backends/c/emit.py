@@ -191,8 +191,13 @@ def _hoist_sinks(plan: _Plan) -> None:
             return False
         if not any(v in read for v in n.outputs):
             return True
-        sizes = [plan.dims.prod_static(v.type.shape) for v in n.outputs]
-        return all(s is not None for s in sizes) and sum(sizes) <= SMALL_RESULTS  # type: ignore
+        total = 0
+        for v in n.outputs:
+            size = plan.dims.prod_static(v.type.shape)
+            if size is None:
+                return False
+            total += size
+        return total <= SMALL_RESULTS
 
     fixed: dict[Node, int] = {}
     anchor: dict[Node, int] = {}

@@ -235,15 +235,16 @@ static inline void gc_axis_taps(int64_t nc, int64_t n, float scale, float ipo, f
  * them (shared, in parallel): GC_MR-row strips, k-major, so a tile's k-step reads GC_MR
  * consecutive elements; with fewer panels (or if that buffer cannot be allocated) A is read in
  * place through its tables in tiles of GC_MRD rows. A job is (chunk of GC_MC rows, group of
- * panels: up to GC_NCP when A is packed, as many as balance the threads, else one); the jobs are shared by an orphaned `omp
- * for` among the threads of the enclosing parallel region (serially outside one), with the
- * barrier at its end. Per job, k runs in blocks of GC_KC (the chunk's block of packed A stays
- * in L2 over the group), and per block and panel the block of B is packed into an aligned
- * KC x NR panel with zeros past N (L1); each tile of the chunk (GC_MR or GC_MRD rows x NR)
- * stays in vector registers over the block (rows past M repeat the last row and are dropped). Measured on AMD Zen 4 (AVX-512, 2 cores) at
- * 1024^3: 16-row tiles of packed A run at 180-190 GFLOP/s, 8-row tiles of A in place at
- * 150-160, 8 x 2 or 6 x 2 vectors at 130. Without AVX-512's 32 vector registers the packed
- * tile is 8 rows too. */
+ * panels): with packed A, up to GC_NCP panels, grouped to balance the threads; with A in place,
+ * every panel when A is 4x B or more (each row of A read once), else one. The jobs are shared
+ * by an orphaned `omp for` among the threads of the enclosing parallel region (serially
+ * outside one), with the barrier at its end. Per job, k runs in blocks of GC_KC (the chunk's
+ * block of packed A stays in L2 over the group), and per block and panel the block of B is
+ * packed into an aligned KC x NR panel with zeros past N (L1); each tile of the chunk (GC_MR
+ * or GC_MRD rows x NR) stays in vector registers over the block (rows past M repeat the last
+ * row and are dropped). Measured on AMD Zen 4 (AVX-512, 2 cores) at 1024^3: 16-row tiles of
+ * packed A run at 180-190 GFLOP/s, 8-row tiles of A in place at 150-160, 8 x 2 or 6 x 2
+ * vectors at 130. Without AVX-512's 32 vector registers the packed tile is 8 rows too. */
 GC_INLINE int gc_threads(void) {  /* threads of the enclosing parallel region */
 #ifdef _OPENMP
   return omp_get_num_threads();
@@ -271,7 +272,8 @@ GC_INLINE int gc_threads(void) {  /* threads of the enclosing parallel region */
 #endif
 #define GC_UNROLL _Pragma("GCC unroll 16")
 /* One MRX x NR tile over a k-block: acc[r] += B row kk * A(r, kk) for kk ascending, where ADV
- * prepares step kk and A(r) reads row r's element of it. */
+ * prepares step kk and AEL reads row r's element of it (inside GC_DEFINE_GEMM's tile loop: it
+ * reads that loop's fresh, src, ld, bp, kb, full, c and tile). */
 #define GC_TILE(T, V, MRX, ADV, AEL) {                                                         \
     V acc[MRX];                                                                                \
     GC_UNROLL for (int r = 0; r < MRX; r++) {                                                  \
@@ -298,7 +300,8 @@ static inline __attribute__((unused)) void NAME(                                
       _Pragma("omp for schedule(static)")                                                      \
       for (int64_t sp = 0; sp < (M + GC_MR - 1) / GC_MR; sp++) {                               \
         int64_t ro[GC_MR];                                                                     \
-        for (int64_t r = 0; r < GC_MR; r++) ro[r] = amo[sp * GC_MR + r < M ? sp * GC_MR + r : M - 1]; \
+        for (int64_t r = 0; r < GC_MR; r++)                                                    \
+          ro[r] = amo[sp * GC_MR + r < M ? sp * GC_MR + r : M - 1];                            \
         T *d = ap + sp * K * GC_MR;                                                            \
         for (int64_t kk = 0; kk < K; kk++) {                                                   \
           const T *s = A + aoff[kk];                                                           \
@@ -364,7 +367,8 @@ static inline __attribute__((unused)) void NAME(                                
           GC_TILE(T, V, GC_MR, const T *ak = a + kk * GC_MR;, ak[r])                           \
         } else {                                                                               \
           const T *ar[GC_MRD];                                                                 \
-          GC_UNROLL for (int r = 0; r < GC_MRD; r++) ar[r] = A + amo[m0 + i + (r < rows ? r : rows - 1)]; \
+          GC_UNROLL for (int r = 0; r < GC_MRD; r++)                                           \
+            ar[r] = A + amo[m0 + i + (r < rows ? r : rows - 1)];                               \
           const int64_t *ko = aoff + k0;                                                       \
           GC_TILE(T, V, GC_MRD, const int64_t o = ko[kk];, ar[r][o])                           \
         }                                                                                      \
