@@ -217,3 +217,47 @@ def test_pointwise_convolution_reads_its_input_in_place(narrow, direction, monke
                            [0, 0], [0, 0], 2)
     dy = rng.standard_normal(y.shape).astype(F32)
     _check(_graph(x, w, None, dy, f, "N"), {"x": x, "w": w, "dy": dy})
+
+
+def test_padded_axis_shares_one_border_between_lines():
+    """Shared borders: a line starts at the tensor's first element and ends with the zeros
+    that the next line's reads before its start land on; two borders where that is no
+    shorter, or where no read falls before the start."""
+    assert conv_gemm._axis(7, 7, -1, 1) == (0, 8)  # 3x3, pad 1: 8 positions, not 9
+    assert conv_gemm._axis(64, 64, -1, 1) == (0, 65)
+    assert conv_gemm._axis(7, 7, -3, 3) == (0, 10)  # 7x7, pad 3
+    assert conv_gemm._axis(7, 5, 0, 2) == (0, 7)  # no padding: nothing before the start
+    assert conv_gemm._axis(9, 5, -1, 1) == (-1, 7)  # the tensor runs past the reads
+    assert conv_gemm._axis(5, 4, -1, 1) == (-1, 6)  # shared would take max(6, 5): no shorter
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+@pytest.mark.parametrize("batch", [3, "N"])
+def test_shared_borders_read_the_zeros_of_the_previous_row_image_and_channel(direction, batch,
+                                                                             monkeypatch):
+    """Dilated rows with three-row borders and one-column borders, shared: reads above an image
+    land in the previous image's zero rows (or the channel's gap), reads left of a row in the
+    previous row's zero column. Both directions, the filter gradient too, several images and
+    channels, one implicit product per group."""
+    monkeypatch.setattr(conv_gemm, "WASTE", 1e9)
+    monkeypatch.setattr(conv_gemm, "WASTE_BACKWARD", 1e9)
+    monkeypatch.setattr(conv_gemm, "FG_PLANE", 0)
+    rng = np.random.default_rng(41)
+    x = rng.standard_normal((3, 12, 7, 6)).astype(F32)
+    cw = (12, 6) if direction == "forward" else (12, 10)
+    w = rng.standard_normal(cw + (3, 3)).astype(F32)
+    f = dict(direction=direction, dilations=(3, 1), start_padding=(3, 1), end_padding=(2, 1),
+             group_count=2)
+    y = oracle.convolution(x, w, None, "cross_correlation", direction, [1, 1], [3, 1], [3, 1],
+                           [2, 1], [0, 0], 2)
+    assert y.shape[2:] == ((6, 6) if direction == "forward" else (8, 6))
+    dy = rng.standard_normal(y.shape).astype(F32)
+    g = _graph(x, w, None, dy, f, batch)
+    from gradc.backends.c.emit import generate
+    source = generate(g).source
+    # the padded planes, forward: 10 rows (the 7 of x and 3 zeros, where reads reach 6 + 3; not
+    # 6 + 6), 7 columns (not 8); backward, 11 rows (8 + 3, not 8 + 6); the lowest read, 3 rows
+    # and a column before the plane, lies 22 elements back: past a gap of SKEW
+    shared, full = (70, 96) if direction == "forward" else (77, 112)
+    assert f"NB * {shared}" in source and f"NB * {full}" not in source
+    _check(g, {"x": x, "w": w, "dy": dy})

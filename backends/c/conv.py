@@ -141,7 +141,9 @@ def emit_convolution(k: Kernel) -> None:
             fields = [(a["strides"][i], a["dilations"][i], a["start_padding"][i])
                       for i in range(nd)]
             flip = a["mode"] == "convolution"
-            if (conv_gemm.implicit_ok(a["strides"], ys, ks, a["dilations"], False, forward=fwd)
+            if (conv_gemm.implicit_ok(a["strides"], ys, ks, a["dilations"], False, forward=fwd,
+                                      src=xs, pads=a["start_padding"],
+                                      macs=cig * kplane * co * math.prod(ys))
                     and cig * kplane >= conv_gemm.MIN_K):
                 conv_gemm.emit_convolution_implicit(k, t, fwd, flip, g, (ci, co), (xs, ys, ks),
                                                     fields, bias is not None)

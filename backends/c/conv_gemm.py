@@ -478,12 +478,14 @@ def emit_convolution_backward(k: Kernel, t: CType, flip: bool, g: int, chans: tu
 # -- implicit im2col: unit strides on two spatial axes ----------------------------------------
 
 WASTE = 1.5  # implicit convolution when padded planes exceed the output planes at most this much
-# The same for a backward convolution, whose explicit path builds an im2col buffer of Cout x taps
-# rows (the forward one: Cin x taps): squeezenet's 48->192 and 64->256 expand layers at 7x7
-# (padded planes 1.65x the output) take 0.65 and 1.10 ms implicit against 0.96 and 1.38 ms
-# explicit, where their forward convolutions are faster explicit (0.46 and 0.76 ms against 0.59
-# and 1.03); at 3x3 (2.8x) both paths take the same time.
+# A backward convolution with fewer multiply-adds per image than SMALL may waste up to
+# WASTE_BACKWARD: its explicit path builds an im2col buffer of Cout x taps rows per phase, which
+# costs as much as the product. Measured with shared borders (A/B in one process, cold cache,
+# median): squeezenet's 64->256 expand layer at 3x3 (padded 1.78x, 1.3 M per image) takes
+# 0.52-0.73 ms implicit against 0.65-1.03 explicit; resnet18's 256-channel layers at 4x4
+# (1.56x, 9.4 M) take 2.07-2.80 implicit against 1.73-2.41 explicit: the product dominates.
 WASTE_BACKWARD = 2.0
+SMALL = 1 << 22
 FG_PLANE = 128  # implicit filter gradient over planes of at least this many positions
 DEPTHWISE_TAPS = 49  # depthwise filter gradients with up to this many taps: one chain per tap
 SKEW = 16  # elements between the channels of a padded copy (64+ bytes: other cache sets)
@@ -491,10 +493,18 @@ SKEW = 16  # elements between the channels of a padded copy (64+ bytes: other ca
 
 @dataclass
 class _Padded:
-    """A tensor copied with zero borders, channel-major: ``xp[((c * N + n) * hp + yy) * wp + xx]``
-    holds ``src[n, c, yy + omin0, xx + omin1]`` (0 outside), so tap offset ``(o0, o1)`` of output
-    ``(y, x)`` is at ``yy = y + o0 - omin0``; ``slack`` zeros follow, for the discarded columns
-    that read past the last plane."""
+    """A tensor copied with zero borders, channel-major. Channel ``c`` starts with ``gap`` zeros
+    (at least ``SKEW``: rows of a product that lie in different channels then do not share L1
+    cache sets), then ``NB`` planes of ``hp`` rows of ``wp`` columns: plane row ``yy``, column
+    ``xx`` of image ``n`` holds ``src[n, c, yy + omin0, xx + omin1]``, 0 outside ``src``. Tap
+    shift ``(o0, o1)`` of output ``(y, x)`` is read at ``(n * hp + y) * wp + x + at(o0, o1)``
+    from the channel's start; ``slack`` zeros follow the last channel, for the discarded
+    columns that read past it.
+
+    On an axis whose shifts reach below 0 the padding is shared (``_axis``): the plane starts at
+    the tensor's first row (column), and a read before it lands in the zero rows (columns) that
+    end the previous plane (row), or in the gap. One border instead of two: 7x7 planes padded
+    for a 3x3 filter take 8x8 positions, not 9x9."""
 
     src: str
     chans: int
@@ -503,27 +513,42 @@ class _Padded:
     hp: int
     wp: int
     slack: int
+    gap: int
 
     @property
     def size(self) -> str:
         return f"(int64_t){self.chans} * ({self.chan()}) + {self.slack}"
 
     def chan(self) -> str:
-        """Elements from one channel to the next: the planes, plus a gap of ``SKEW`` so that
-        rows of a product that lie in different channels do not share L1 cache sets."""
-        return f"(NB * {self.hp * self.wp} + {SKEW})"
+        """Elements from one channel to the next: the gap and the planes."""
+        return f"(NB * {self.hp * self.wp} + {self.gap})"
 
     def at(self, o0: int, o1: int) -> int:
-        """The offset of tap shift (o0, o1) within a plane."""
-        return (o0 - self.omin[0]) * self.wp + (o1 - self.omin[1])
+        """The offset of tap shift (o0, o1) from the start of a channel."""
+        return self.gap + (o0 - self.omin[0]) * self.wp + (o1 - self.omin[1])
+
+
+def _axis(src: int, out: int, lo: int, hi: int) -> tuple[int, int]:
+    """(omin, padded length) of one axis: ``out`` positions read the tensor (``src`` long) at
+    shifts ``lo..hi``. Two borders: ``out + hi - lo`` from ``lo``. Shared, when ``lo < 0``: the
+    axis starts at 0 and ends with at least ``-lo`` zeros (a read before the start wraps into
+    the previous line's end) and is long enough for the reads past its end: shorter when the
+    tensor is no longer than the reads reach."""
+    full = out + hi - lo
+    shared = max(src - lo, out + hi)
+    return (0, shared) if lo < 0 and shared < full else (lo, full)
 
 
 def _padded(src: str, chans: int, dims: Sequence[int], out: Sequence[int],
             shifts: Sequence[tuple[int, int]]) -> _Padded:
     lo = (min(s[0] for s in shifts), min(s[1] for s in shifts))
     hi = (max(s[0] for s in shifts), max(s[1] for s in shifts))
-    hp, wp = out[0] + hi[0] - lo[0], out[1] + hi[1] - lo[1]
-    return _Padded(src, chans, (dims[0], dims[1]), lo, hp, wp, (hi[0] - lo[0] + 1) * wp + 64)
+    (o0, hp), (o1, wp) = (_axis(dims[i], out[i], lo[i], hi[i]) for i in range(2))
+    # the lowest read of output (0, 0), before the plane's start when the padding is shared
+    lead = max(0, -min((s0 - o0) * wp + (s1 - o1) for s0, s1 in shifts))
+    gap = max(SKEW, -(-lead // SKEW) * SKEW)
+    return _Padded(src, chans, (dims[0], dims[1]), (o0, o1), hp, wp,
+                   (hi[0] - lo[0] + 1) * wp + 64, gap)
 
 
 def _fill_padded(cw: CWriter, t: CType, p: _Padded) -> None:
@@ -533,10 +558,10 @@ def _fill_padded(cw: CWriter, t: CType, p: _Padded) -> None:
     with cw.block(f"for (int64_t cr = 0; cr < {p.chans} * NB * {p.hp}; cr++)"):
         cw.line(f"const int64_t c = cr / (NB * {p.hp}), n = cr / {p.hp} % NB, "
                 f"yy = cr % {p.hp};",
-                f"{t.store} *d = xp + c * ({p.chan()}) + (n * {p.hp} + yy) * {p.wp};",
+                f"{t.store} *d = xp + c * ({p.chan()}) + {p.gap} + (n * {p.hp} + yy) * {p.wp};",
                 f"const int64_t sy = yy + {p.omin[0]};")
-        with cw.block("if (n == 0 && yy == 0 && c > 0)"):  # the gap before this channel
-            cw.line(f"memset(d - {SKEW}, 0, {SKEW} * sizeof(*d));")
+        with cw.block("if (n == 0 && yy == 0)"):  # the gap before this channel
+            cw.line(f"memset(d - {p.gap}, 0, {p.gap} * sizeof(*d));")
         with cw.block(f"if (sy < 0 || sy >= {sh})"):
             cw.line(f"memset(d, 0, {p.wp} * sizeof(*d));", "continue;")
         lo, hi = max(0, -p.omin[1]), min(p.wp, sw - p.omin[1])
@@ -548,15 +573,30 @@ def _fill_padded(cw: CWriter, t: CType, p: _Padded) -> None:
         if hi < p.wp:
             cw.line(f"memset(d + {max(hi, lo)}, 0, {p.wp - max(hi, lo)} * sizeof(*d));")
     cw.line("#pragma omp for schedule(static)",
-            f"for (int64_t e = 0; e < {p.slack} + {SKEW}; e++) xp[(int64_t){p.chans} * "
-            f"({p.chan()}) - {SKEW} + e] = 0;")
+            f"for (int64_t e = 0; e < {p.slack}; e++) xp[(int64_t){p.chans} * ({p.chan()}) + e]"
+            " = 0;")
+
+
+def _conv_shifts(ks: Sequence[int], axes: Sequence[tuple[int, int, int]],
+                 fwd: bool) -> list[tuple[int, int]]:
+    """The input shift of each tap of a unit-stride 2-D convolution, in the reference's tap
+    order: forward, tap ``k`` of output ``u`` reads input ``u + k*d - sp``; backward, output
+    ``u`` receives tap ``k`` from input ``u + sp - k*d``, the taps in reversed order."""
+    kplane = ks[0] * ks[1]
+    order = range(kplane) if fwd else range(kplane - 1, -1, -1)
+    sign = 1 if fwd else -1
+    return [(sign * (tn // ks[1] * axes[0][1] - axes[0][2]),
+             sign * (tn % ks[1] * axes[1][1] - axes[1][2])) for tn in order]
 
 
 def implicit_ok(strides: Sequence[int], out: Sequence[int], kdims: Sequence[int],
-                dil: Sequence[int], filter_grad: bool, rows: int = 0, forward: bool = True) -> bool:
+                dil: Sequence[int], filter_grad: bool, rows: int = 0, forward: bool = True,
+                src: Sequence[int] = (), pads: Sequence[int] = (), macs: int = 0) -> bool:
     """True when a kernel takes the implicit path: two spatial axes at unit stride, and
 
-    - a convolution, which computes the padded planes' extra columns too, wastes little;
+    - a convolution (``src``: its input's spatial dims, ``pads``: start padding, ``macs``: its
+      multiply-adds per image), which computes the padded planes' extra columns too, wastes
+      little;
     - a filter gradient (``rows`` = its channels per group) sums over planes of at least
       ``FG_PLANE`` positions, or has few channels: with short sums and large filters, the
       transposed product's final transpose of dW costs more than the im2col product."""
@@ -564,9 +604,11 @@ def implicit_ok(strides: Sequence[int], out: Sequence[int], kdims: Sequence[int]
         return False
     if filter_grad:
         return out[0] * out[1] >= FG_PLANE or rows < NARROW
-    hp = out[0] + (kdims[0] - 1) * dil[0]
-    wp = out[1] + (kdims[1] - 1) * dil[1]
-    return hp * wp <= (WASTE if forward else WASTE_BACKWARD) * out[0] * out[1]
+    shifts = _conv_shifts(kdims, [(1, dil[i], pads[i]) for i in range(2)], forward)
+    hp, wp = (_axis(src[i], out[i], min(s[i] for s in shifts), max(s[i] for s in shifts))[1]
+              for i in range(2))
+    small = not forward and macs < SMALL
+    return hp * wp <= (WASTE_BACKWARD if small else WASTE) * out[0] * out[1]
 
 
 MIN_K = 32  # a convolution whose sums are shorter reads faster from an im2col buffer
@@ -592,10 +634,7 @@ def emit_convolution_implicit(k: Kernel, t: CType, fwd: bool, flip: bool, g: int
     kplane = math.prod(ks)
     kg = cig * kplane
     order = range(kplane) if fwd else range(kplane - 1, -1, -1)
-    taps = [(tn // ks[1], tn % ks[1]) for tn in order]
-    sign = 1 if fwd else -1
-    shifts = [(sign * (k0 * axes[0][1] - axes[0][2]), sign * (k1 * axes[1][1] - axes[1][2]))
-              for k0, k1 in taps]
+    shifts = _conv_shifts(ks, axes, fwd)
     p = _padded(xp_, ci, xs, ys, shifts)
     plane = p.hp * p.wp
     # no shift and no border (1x1 filters without padding): read the input where it lies,
@@ -614,7 +653,7 @@ def emit_convolution_implicit(k: Kernel, t: CType, fwd: bool, flip: bool, g: int
     # kk = (channel, tap in the reference's order): the filter element, and the input shift
     with cw.block(f"for (int64_t kk = 0; kk < {kg}; kk++)"):
         tl = ", ".join(str(tn) for tn in order)
-        sl = ", ".join(str(p.at(*s)) for s in shifts)
+        sl = ", ".join(str(0 if direct else p.at(*s)) for s in shifts)
         cw.line(f"static const int64_t TAP[{kplane}] = {{{tl}}};",
                 f"static const int64_t SHIFT[{kplane}] = {{{sl}}};",
                 f"const int64_t cl = kk / {kplane}, j = kk % {kplane};",
@@ -687,7 +726,7 @@ def emit_filter_grad_implicit(k: Kernel, t: CType, flip: bool, g: int, it_ptr: s
     alloc(cw, bufs)
     # row (f1, e) of dW^T: filter element e, tap e (or its flip), read at the tap's shift
     with cw.block(f"for (int64_t c = 0; c < {ncol}; c++)"):
-        sl = ", ".join(str(p.at(*s)) for s in shifts)
+        sl = ", ".join(str(0 if direct else p.at(*s)) for s in shifts)
         cw.line(f"static const int64_t SHIFT[{kplane}] = {{{sl}}};",
                 f"const int64_t e = c % {kplane};",
                 f"xr[c] = c / {kplane} * {nplane if direct else p.chan()} + "
