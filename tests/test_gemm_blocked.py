@@ -23,10 +23,13 @@ from helpers import assert_bits
 # are for the prelude's gc_gemm (``tables``): A packed into 16-row strips once at 8 panels of
 # NR = 16 (float32) or 8 (float64) columns and more (GC_PACK_MIN), read in place below, 8-row
 # tiles then; rows past a strip, k blocks of 256 and chunks of 256 rows around their edges; and
-# A in place at 4x B's size, whose jobs take every panel of a row chunk.
+# A in place at 4x B's size, whose jobs take every panel of a row chunk. A transposed (every
+# other shape) has consecutive rows: in place, tiles of 16 read through one pointer (the last
+# shape: 2-D, two full tiles and a part).
 SHAPES = [(1, 1, 1), (1, 33, 7), (7, 1, 13), (8, 32, 256), (9, 31, 257), (17, 17, 3),
           (16, 16, 1), (13, 65, 29), (129, 33, 2), (3, 97, 513), (31, 47, 11), (2, 129, 255),
-          (17, 128, 300), (300, 129, 513), (33, 112, 260), (16, 127, 1), (300, 40, 300)]
+          (17, 128, 300), (300, 129, 513), (33, 112, 260), (16, 127, 1), (300, 40, 300),
+          (33, 16, 40), (16, 48, 17), (48, 20, 300), (31, 64, 9), (40, 50, 70)]
 
 
 def _cases(rng: np.random.Generator, dtype: type) -> list[tuple]:

@@ -192,11 +192,11 @@ def _conv_product(cw: CWriter, t: CType, transposed: bool, cols: str, cog: int, 
 
 
 def _store_rows(cw: CWriter, transposed: bool, cog: int, count: int, row: int, cols: str,
-                val_bias: str | None, stride: int = 1) -> None:
-    """``dst[q * stride] = ct element (o, rr * row + q) (+ bias)`` for ``q < count``: ct is
+                val_bias: str | None, stride: int = 1, buf: str = "ct") -> None:
+    """``dst[q * stride] = buf element (o, rr * row + q) (+ bias)`` for ``q < count``: buf is
     ``cog x cols`` (or ``cols x cog`` when the product ran transposed)."""
-    src = (f"ct[(rr * {row} + q) * {cog} + o]" if transposed else
-           f"ct[o * {cols} + rr * {row} + q]")
+    src = (f"{buf}[(rr * {row} + q) * {cog} + o]" if transposed else
+           f"{buf}[o * {cols} + rr * {row} + q]")
     val = f"{src} + {val_bias}" if val_bias else src
     at = "q" if stride == 1 else f"q * {stride}"
     cw.line(f"for (int64_t q = 0; q < {count}; q++) dst[{at}] = {val};")
@@ -641,14 +641,19 @@ def emit_convolution_implicit(k: Kernel, t: CType, fwd: bool, flip: bool, g: int
     # rows (image, position) through a table, instead of copying it
     direct = all(sh == (0, 0) for sh in shifts) and (p.hp, p.wp) == (xs[0], xs[1]) == tuple(ys)
     tr = cog < NARROW
+    # transposed (positions x channels): per block of RB output rows of an image, one thread
+    # runs the product and stores its rows while they are in its cache; the padding rows are
+    # not computed
+    rb = max(1, BLOCK // p.wp)
     cw = k.code
     cw.line(f"const int64_t NB = {k.dims.expr(x.type.shape[0])};",
             f"const int64_t MT = NB * {plane}, "
-            f"MC = {max(p.wp, (CHUNK // max(cog, 1)) // p.wp * p.wp)};")
-    bufs = [("ct", t.store, f"{cog} * MC"), ("ao", "int64_t", str(kg)),
-            ("so", "int64_t", str(kg)), ("wr", "int64_t", str(cog))]
-    bufs += [("pm", "int64_t", "MT")] if direct else [("xp", t.store, p.size),
-                                                       ("id", "int64_t", "MC")]
+            f"MC = {rb * p.wp if tr else max(p.wp, (CHUNK // max(cog, 1)) // p.wp * p.wp)};")
+    bufs = [("ct", t.store, f"{cog} * MC" + (" * (nt > 0 ? nt : 1)" if tr else "")),
+            ("ao", "int64_t", str(kg)), ("so", "int64_t", str(kg)),
+            ("wr", "int64_t", str(cog))]
+    bufs += ([("pm", "int64_t", "MT")] if direct else [("xp", t.store, p.size)] +
+             ([] if tr else [("id", "int64_t", "MC")]))
     alloc(cw, bufs)
     # kk = (channel, tap in the reference's order): the filter element, and the input shift
     with cw.block(f"for (int64_t kk = 0; kk < {kg}; kk++)"):
@@ -664,32 +669,80 @@ def emit_convolution_implicit(k: Kernel, t: CType, fwd: bool, flip: bool, g: int
     if direct:  # position m = (image, in-plane position) of x
         cw.line(f"for (int64_t m = 0; m < MT; m++) pm[m] = m / {plane} * {ci * plane} + "
                 f"m % {plane};")
-    else:
+    elif not tr:
         _k_offsets(cw, "id", "MC", "1")
-    wstride = cog * kg
     work = f"(double)MT * {co * kg}"
     cw.line(f"#pragma omp parallel num_threads(nt) if({work} > GC_PAR_MIN)")
     with cw.block():
         if not direct:
             _fill_padded(cw, t, p)
-        with cw.block("for (int64_t m0 = 0; m0 < MT; m0 += MC)"):
-            cw.line("const int64_t mc = MT - m0 < MC ? MT - m0 : MC;")
-            with cw.block(f"for (int64_t grp = 0; grp < {g}; grp++)"):
-                data = ((f"{xp_} + grp * {cig * plane}", "pm + m0", "so", False) if direct else
-                        (f"xp + grp * {cig} * {p.chan()} + m0", "id", "so", True))
-                _conv_product(cw, t, tr, "mc", cog, str(kg), data,
-                              (f"{wp} + grp * {wstride}", "wr", "ao"))
-                cw.line("#pragma omp for schedule(static)")
-                with cw.block(f"for (int64_t orow = 0; orow < {cog} * (mc / {p.wp}); orow++)"):
-                    cw.line(f"const int64_t o = orow / (mc / {p.wp}), rr = orow % (mc / {p.wp});",
-                            f"const int64_t row = m0 / {p.wp} + rr, img = row / {p.hp}, "
-                            f"yy = row % {p.hp};",
-                            f"if (yy >= {ys[0]}) continue;",
-                            f"{t.store} *dst = {yp} + ((img * {co} + grp * {cog} + o) * {ys[0]} + "
-                            f"yy) * {ys[1]};")
-                    _store_rows(cw, tr, cog, ys[1], p.wp, "mc",
-                                f"{bp}[grp * {cog} + o]" if bp else None)
+        if tr:
+            _blocked_transposed(cw, t, p, g, (cig, cog, co), kg, rb, ys, direct,
+                                (xp_, f"{wp} + grp * {cog * kg}", yp, bp))
+        else:
+            _chunked(cw, t, p, g, (cig, cog, co), kg, ys, direct, (xp_, wp, yp, bp))
     cw.line(*(f"free({name});" for name, _, _ in bufs))
+
+
+BLOCK = 512  # positions per block of a transposed implicit product (rows of the padded plane)
+
+
+def _chunked(cw: CWriter, t: CType, p: _Padded, g: int, chans: tuple[int, int, int], kg: int,
+             ys: Sequence[int], direct: bool, ptrs: tuple[str, str, str, str | None]) -> None:
+    """The implicit product ``W @ X`` per group and chunk of ``MC`` positions (jobs shared by
+    the threads), then the rows of the chunk's valid positions stored into ``y`` (rows shared):
+    ``ct`` is ``cog x MC``."""
+    cig, cog, co = chans
+    xp_, wp, yp, bp = ptrs
+    plane = p.hp * p.wp
+    with cw.block("for (int64_t m0 = 0; m0 < MT; m0 += MC)"):
+        cw.line("const int64_t mc = MT - m0 < MC ? MT - m0 : MC;")
+        with cw.block(f"for (int64_t grp = 0; grp < {g}; grp++)"):
+            data = ((f"{xp_} + grp * {cig * plane}", "pm + m0", "so", False) if direct else
+                    (f"xp + grp * {cig} * {p.chan()} + m0", "id", "so", True))
+            _conv_product(cw, t, False, "mc", cog, str(kg), data,
+                          (f"{wp} + grp * {cog * kg}", "wr", "ao"))
+            cw.line("#pragma omp for schedule(static)")
+            with cw.block(f"for (int64_t orow = 0; orow < {cog} * (mc / {p.wp}); orow++)"):
+                cw.line(f"const int64_t o = orow / (mc / {p.wp}), rr = orow % (mc / {p.wp});",
+                        f"const int64_t row = m0 / {p.wp} + rr, img = row / {p.hp}, "
+                        f"yy = row % {p.hp};",
+                        f"if (yy >= {ys[0]}) continue;",
+                        f"{t.store} *dst = {yp} + ((img * {co} + grp * {cog} + o) * {ys[0]} + "
+                        f"yy) * {ys[1]};")
+                _store_rows(cw, False, cog, ys[1], p.wp, "mc",
+                            f"{bp}[grp * {cog} + o]" if bp else None)
+
+
+def _blocked_transposed(cw: CWriter, t: CType, p: _Padded, g: int, chans: tuple[int, int, int],
+                        kg: int, rb: int, ys: Sequence[int], direct: bool,
+                        ptrs: tuple[str, str, str, str | None]) -> None:
+    """The implicit product ``X^T @ W^T`` (positions x ``cog``: the channels are the packed,
+    narrow side) per group and block of ``rb`` output rows of one image, each block on one
+    thread: the serial gemm into the thread's ``ct`` (``rb * wp x cog``), then the block's
+    valid positions stored into ``y`` while they are in that thread's cache. The zero rows
+    between images are not computed; each row's border columns are, and are dropped."""
+    cig, cog, co = chans
+    xp_, wp, yp, bp = ptrs
+    plane = p.hp * p.wp
+    nyb = -(-ys[0] // rb)
+    cw.line(f"{t.store} *ctl = ct + (int64_t)gc_thread() * MC * {cog};")
+    cw.line("#pragma omp for schedule(static)")
+    with cw.block(f"for (int64_t b = 0; b < (int64_t){g} * NB * {nyb}; b++)"):
+        cw.line(f"const int64_t grp = b / (NB * {nyb}), img = b / {nyb} % NB, "
+                f"y0 = b % {nyb} * {rb};",
+                f"const int64_t rows = {ys[0]} - y0 < {rb} ? {ys[0]} - y0 : {rb};",
+                f"const int64_t m0 = (img * {p.hp} + y0) * {p.wp};")
+        a = (f"{xp_} + grp * {cig * plane}", "pm + m0") if direct else (
+            f"xp + grp * {cig} * {p.chan()} + m0", "NULL")  # consecutive positions
+        cw.line(f"gc_gemm1_{suffix(t)}(rows * {p.wp}, {cog}, {kg}, {a[0]}, {a[1]}, so, {wp}, ao, "
+                f"wr, ctl, {cog}, 1, 0);")
+        with cw.block(f"for (int64_t o = 0; o < {cog}; o++)"):
+            with cw.block("for (int64_t rr = 0; rr < rows; rr++)"):
+                cw.line(f"{t.store} *dst = {yp} + ((img * {co} + grp * {cog} + o) * {ys[0]} + "
+                        f"y0 + rr) * {ys[1]};")
+                _store_rows(cw, True, cog, ys[1], p.wp, "",
+                            f"{bp}[grp * {cog} + o]" if bp else None, buf="ctl")
 
 
 def emit_filter_grad_implicit(k: Kernel, t: CType, flip: bool, g: int, it_ptr: str, ot_ptr: str,

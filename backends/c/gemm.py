@@ -265,7 +265,8 @@ def _emit_gemm_tables(k: Kernel, a: Value, b: Value, c: Value | None, y: Value,
                         f"{pa}[amo[m0 + j] + aoff[kk]] : 0;")
             cw.line(f"gc_gemm_{sfx}(N, M, K, {pb}, bno, boff, apk, NULL, NULL, ct, M, 1, 1);")
         with cw.orelse():
-            cw.line(f"gc_gemm_{sfx}(M, N, K, {pa}, amo, aoff, {pb}, boff, "
+            # transposed a: consecutive rows (amo NULL: one pointer per k-step)
+            cw.line(f"gc_gemm_{sfx}(M, N, K, {pa}, {'NULL' if ta else 'amo'}, aoff, {pb}, boff, "
                     f"{'bno' if tb else 'NULL'}, out, N, 1, 0);")
         if plain:
             cw.line("#pragma omp for schedule(static)")

@@ -225,16 +225,17 @@ static inline void gc_axis_taps(int64_t nc, int64_t n, float scale, float ipo, f
  * where C0 is +0 (zero_c) or C's value on entry; each product and each addition is rounded
  * separately (-ffp-contract=off: no FMA), so every element is the sequential sum the reference
  * computes. Both operands are read where they lie, through tables of offsets:
- * A[m, k] = A[amo[m] + aoff[k]] and B[k, n] = B[boff[k] + bno[n]] (bno NULL: bno[n] = n) -- a
- * filter in any layout a convolution reads it, an input with zero borders read at each tap's
- * shift (implicit im2col), a cotangent across images. B is packed per block, unless bpk says it
+ * A[m, k] = A[amo[m] + aoff[k]] and B[k, n] = B[boff[k] + bno[n]] (amo or bno NULL: m or n)
+ * -- a filter in any layout a convolution reads it, an input with zero borders read at each
+ * tap's shift (implicit im2col), a cotangent across images. B is packed per block, unless bpk says it
  * is packed already: panel-major, B[((n / NR) * K + k) * NR + n % NR], zero past N, 64-byte
  * aligned (boff and bno are then not read). C is row-major, row stride ldc.
  *
  * When at least GC_PACK_MIN panels of NR columns read A, it is first packed once for all of
  * them (shared, in parallel): GC_MR-row strips, k-major, so a tile's k-step reads GC_MR
  * consecutive elements; with fewer panels (or if that buffer cannot be allocated) A is read in
- * place through its tables in tiles of GC_MRD rows. A job is (chunk of GC_MC rows, group of
+ * place through its tables in tiles of GC_MRD rows, or of GC_MR consecutive rows (amo NULL: one
+ * pointer per k-step, where a table of rows takes a register per row). A job is (chunk of GC_MC rows, group of
  * panels): with packed A, up to GC_NCP panels, grouped to balance the threads; with A in place,
  * every panel when A is 4x B or more (each row of A read once), else one. The jobs are shared
  * by an orphaned `omp for` among the threads of the enclosing parallel region (serially
@@ -250,6 +251,13 @@ GC_INLINE int gc_threads(void) {  /* threads of the enclosing parallel region */
   return omp_get_num_threads();
 #else
   return 1;
+#endif
+}
+GC_INLINE int gc_thread(void) {  /* this thread's number in the enclosing parallel region */
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
 #endif
 }
 #if defined(__AVX512F__)
@@ -271,6 +279,7 @@ GC_INLINE int gc_threads(void) {  /* threads of the enclosing parallel region */
 #define GC_NCP 64
 #endif
 #define GC_UNROLL _Pragma("GCC unroll 16")
+#define GC_AMO(m) (amo ? amo[m] : (m))  /* row m's offset in A */
 /* One MRX x NR tile over a k-block: acc[r] += B row kk * A(r, kk) for kk ascending, where ADV
  * prepares step kk and AEL reads row r's element of it (inside GC_DEFINE_GEMM's tile loop: it
  * reads that loop's fresh, src, ld, bp, kb, full, c and tile). */
@@ -285,7 +294,7 @@ GC_INLINE int gc_threads(void) {  /* threads of the enclosing parallel region */
     }                                                                                          \
     T *dst = full ? c : tile;                                                                  \
     GC_UNROLL for (int r = 0; r < MRX; r++) memcpy(dst + r * ld, &acc[r], sizeof(V)); }
-#define GC_DEFINE_GEMM(T, NAME, V, LANES)                                                       \
+#define GC_DEFINE_GEMM(T, NAME, V, LANES, SER)                                                  \
 static inline __attribute__((unused)) void NAME(                                               \
     int64_t M, int64_t N, int64_t K, const T *restrict A, const int64_t *restrict amo,         \
     const int64_t *restrict aoff, const T *restrict B, const int64_t *restrict boff,           \
@@ -294,14 +303,14 @@ static inline __attribute__((unused)) void NAME(                                
   const int64_t NP = (N + NR - 1) / NR;                                                        \
   T *ap = NULL;                                                                                \
   if (NP >= GC_PACK_MIN) {                                                                     \
-    _Pragma("omp single copyprivate(ap)")                                                      \
+    GC_OMP_SINGLE_CP_##SER                                                                     \
     ap = (T *)gc_alloc((size_t)((M + GC_MR - 1) / GC_MR * GC_MR) * (size_t)K * sizeof(T));     \
     if (ap) {                                                                                  \
-      _Pragma("omp for schedule(static)")                                                      \
+      GC_OMP_FOR_##SER                                                                         \
       for (int64_t sp = 0; sp < (M + GC_MR - 1) / GC_MR; sp++) {                               \
         int64_t ro[GC_MR];                                                                     \
         for (int64_t r = 0; r < GC_MR; r++)                                                    \
-          ro[r] = amo[sp * GC_MR + r < M ? sp * GC_MR + r : M - 1];                            \
+          ro[r] = GC_AMO(sp * GC_MR + r < M ? sp * GC_MR + r : M - 1);                         \
         T *d = ap + sp * K * GC_MR;                                                            \
         for (int64_t kk = 0; kk < K; kk++) {                                                   \
           const T *s = A + aoff[kk];                                                           \
@@ -310,19 +319,20 @@ static inline __attribute__((unused)) void NAME(                                
       }                                                                                        \
     }                                                                                          \
   }                                                                                            \
-  const int64_t mr = ap ? GC_MR : GC_MRD;                                                      \
+  /* tiles of GC_MRD rows where A is read through a table of rows for several panels */       \
+  const int64_t mr = ap || !amo || NP == 1 ? GC_MR : GC_MRD;                                  \
   /* A read in place and 4x the size of B (a filter against few columns): each job takes all   \
    * the panels, so each row of A is read once, while it is in L2. */                         \
   const int all = !ap && M >= 4 * N;                                                           \
   int64_t mcs = GC_MC; /* smaller row chunks when there are too few jobs for the threads */    \
-  while (mcs > mr && (all ? 1 : NP) * ((M + mcs - 1) / mcs) < 2 * (int64_t)gc_threads())       \
+  while (mcs > mr && (all ? 1 : NP) * ((M + mcs - 1) / mcs) < 2 * (int64_t)GC_NTH_##SER)         \
     mcs = (mcs / 2 + mr - 1) / mr * mr;                                                        \
   const int64_t NMC = (M + mcs - 1) / mcs;                                                     \
   /* Groups of panels per row chunk (packed A): as few as give the busiest thread the fewest   \
    * panels, its share of the static schedule's jobs times the panels per job. */              \
   int64_t GP = all ? NP : 1;                                                                   \
   if (ap) {                                                                                    \
-    const int64_t nth = gc_threads();                                                          \
+    const int64_t nth = GC_NTH_##SER;                                                          \
     int64_t load = INT64_MAX, ng0 = (NP + GC_NCP - 1) / GC_NCP;                                \
     while (ng0 < NP && ng0 * NMC < 2 * nth) ng0++; /* two jobs per thread at least */          \
     for (int64_t ng = ng0; ng <= NP && ng <= ng0 + 4 * nth; ng++) {                            \
@@ -331,7 +341,7 @@ static inline __attribute__((unused)) void NAME(                                
     }                                                                                          \
   }                                                                                            \
   const int64_t J = (NP + GP - 1) / GP * NMC;                                                  \
-  _Pragma("omp for schedule(static)")                                                          \
+  GC_OMP_FOR_##SER                                                                             \
   for (int64_t job = 0; job < J; job++) {                                                      \
     const int64_t g0 = job / NMC * GP, m0 = job % NMC * mcs;                                   \
     const int64_t g1 = NP - g0 < GP ? NP : g0 + GP, mb = M - m0 < mcs ? M - m0 : mcs;          \
@@ -365,12 +375,17 @@ static inline __attribute__((unused)) void NAME(                                
         if (ap) {                                                                              \
           const T *a = ap + ((m0 + i) * K + k0 * GC_MR);                                       \
           GC_TILE(T, V, GC_MR, const T *ak = a + kk * GC_MR;, ak[r])                           \
-        } else {                                                                               \
-          const T *ar[GC_MRD];                                                                 \
-          GC_UNROLL for (int r = 0; r < GC_MRD; r++)                                           \
-            ar[r] = A + amo[m0 + i + (r < rows ? r : rows - 1)];                               \
+        } else if (!amo && rows == GC_MR) { /* consecutive rows: one pointer */                 \
+          const T *a0 = A + m0 + i;                                                            \
           const int64_t *ko = aoff + k0;                                                       \
-          GC_TILE(T, V, GC_MRD, const int64_t o = ko[kk];, ar[r][o])                           \
+          GC_TILE(T, V, GC_MR, const T *ak = a0 + ko[kk];, ak[r])                              \
+        } else {                                                                               \
+          const T *ar[GC_MR];                                                                  \
+          GC_UNROLL for (int r = 0; r < GC_MR; r++)                                            \
+            ar[r] = A + GC_AMO(m0 + i + (r < rows ? r : rows - 1));                            \
+          const int64_t *ko = aoff + k0;                                                       \
+          if (mr == GC_MRD) GC_TILE(T, V, GC_MRD, const int64_t o = ko[kk];, ar[r][o])         \
+          else GC_TILE(T, V, GC_MR, const int64_t o = ko[kk];, ar[r][o])                       \
         }                                                                                      \
         if (!full)                                                                             \
           for (int64_t r = 0; r < rows; r++)                                                   \
@@ -379,13 +394,25 @@ static inline __attribute__((unused)) void NAME(                                
     }                                                                                          \
   }                                                                                            \
   if (ap) {                                                                                    \
-    _Pragma("omp single nowait")                                                               \
+    GC_OMP_SINGLE_NW_##SER                                                                     \
     free(ap);                                                                                  \
   }                                                                                            \
 }
 typedef float gc_vf32 __attribute__((vector_size(64)));
 typedef double gc_vf64 __attribute__((vector_size(64)));
-GC_DEFINE_GEMM(float, gc_gemm_f32, gc_vf32, 16)
-GC_DEFINE_GEMM(double, gc_gemm_f64, gc_vf64, 8)
+/* The shared gemm (SER 0: jobs of an orphaned `omp for`) and the serial one (SER 1: one thread
+ * runs every job, as inside a parallel loop's iteration, where worksharing cannot nest). */
+#define GC_OMP_SINGLE_CP_0 _Pragma("omp single copyprivate(ap)")
+#define GC_OMP_FOR_0 _Pragma("omp for schedule(static)")
+#define GC_OMP_SINGLE_NW_0 _Pragma("omp single nowait")
+#define GC_NTH_0 gc_threads()
+#define GC_OMP_SINGLE_CP_1
+#define GC_OMP_FOR_1
+#define GC_OMP_SINGLE_NW_1
+#define GC_NTH_1 1
+GC_DEFINE_GEMM(float, gc_gemm_f32, gc_vf32, 16, 0)
+GC_DEFINE_GEMM(double, gc_gemm_f64, gc_vf64, 8, 0)
+GC_DEFINE_GEMM(float, gc_gemm1_f32, gc_vf32, 16, 1)
+GC_DEFINE_GEMM(double, gc_gemm1_f64, gc_vf64, 8, 1)
 
 #endif  /* GRADC_PRELUDE_H */
