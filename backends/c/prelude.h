@@ -227,19 +227,20 @@ static inline void gc_axis_taps(int64_t nc, int64_t n, float scale, float ipo, f
  * computes. Both operands are read where they lie, through tables of offsets:
  * A[m, k] = A[amo[m] + aoff[k]] and B[k, n] = B[boff[k] + bno[n]] (amo or bno NULL: m or n)
  * -- a filter in any layout a convolution reads it, an input with zero borders read at each
- * tap's shift (implicit im2col), a cotangent across images. B is packed per block, unless bpk says it
- * is packed already: panel-major, B[((n / NR) * K + k) * NR + n % NR], zero past N, 64-byte
- * aligned (boff and bno are then not read). C is row-major, row stride ldc.
+ * tap's shift (implicit im2col), a cotangent across images. B is packed per block, unless bpk
+ * says it is packed already: panel-major, B[((n / NR) * K + k) * NR + n % NR], zero past N,
+ * 64-byte aligned (boff and bno are then not read). C is row-major, row stride ldc.
  *
  * When at least GC_PACK_MIN panels of NR columns read A, it is first packed once for all of
  * them (shared, in parallel): GC_MR-row strips, k-major, so a tile's k-step reads GC_MR
  * consecutive elements; with fewer panels (or if that buffer cannot be allocated) A is read in
- * place through its tables in tiles of GC_MRD rows, or of GC_MR consecutive rows (amo NULL: one
- * pointer per k-step, where a table of rows takes a register per row). A job is (chunk of GC_MC rows, group of
- * panels): with packed A, up to GC_NCP panels, grouped to balance the threads; with A in place,
- * every panel when A is 4x B or more (each row of A read once), else one. The jobs are shared
- * by an orphaned `omp for` among the threads of the enclosing parallel region (serially
- * outside one), with the barrier at its end. Per job, k runs in blocks of GC_KC (the chunk's
+ * place through its tables in tiles of GC_MRD rows, or of GC_MR rows for one panel or
+ * consecutive rows (amo NULL: one pointer per k-step, where a table takes a register per row).
+ * A job is (chunk of GC_MC rows, group of panels): with packed A, up to GC_NCP panels,
+ * grouped to balance the threads; with A in place, every panel when A is 4x B or more (each
+ * row of A read once), else one. The jobs are shared by an orphaned `omp for` among the
+ * threads of the enclosing parallel region (serially outside one, or in gc_gemm1_*), with the
+ * barrier at its end. Per job, k runs in blocks of GC_KC (the chunk's
  * block of packed A stays in L2 over the group), and per block and panel the block of B is
  * packed into an aligned KC x NR panel with zeros past N (L1); each tile of the chunk (GC_MR
  * or GC_MRD rows x NR) stays in vector registers over the block (rows past M repeat the last
