@@ -116,8 +116,8 @@ class Instrument:
 
 def default_pipeline() -> list[str]:
     """The names of the passes that ``passes="default"`` runs."""
-    return ["canonicalize", "cse", "constant-fold", "dce", "fuse-gradients", "fuse-elementwise",
-            "dce"]
+    return ["canonicalize", "cse", "constant-fold", "dce", "relu-mask-from-output",
+            "fuse-gradients", "fuse-elementwise", "dce"]
 
 
 def resolve(passes: str | Pass | Sequence[str | Pass] | None) -> list[Pass]:

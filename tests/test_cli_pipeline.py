@@ -46,13 +46,14 @@ def test_compile_instruments(tmp_path, capsys):
                  "--print-after-change", "--print-diff", "--time-passes", "--pass-statistics",
                  "--dump-ir", str(dump)]) == 0
     err = capsys.readouterr().err
-    assert "// -----// IR after 005 fuse-gradients (changed) //----- //" in err
+    assert "// -----// IR after 005 relu-mask-from-output (changed) //----- //" in err
+    assert "// -----// IR after 006 fuse-gradients (changed) //----- //" in err
     assert "IR after 001 canonicalize" not in err           # unchanged: not printed
     assert "+++ after fuse-elementwise" in err                # the diff
     assert "Pass execution timing report" in err and "Total" in err
     assert "nodes-fused" in err and "bytes-before" in err
     names = sorted(p.name for p in dump.iterdir())
-    assert names[0] == "000-input.ir" and "006-fuse-elementwise.ir" in names
+    assert names[0] == "000-input.ir" and "007-fuse-elementwise.ir" in names
     final = gradc.parse((dump / names[-1]).read_text())  # parameters without values
     assert any(n.op == "fused" for n in final.nodes)
     src = (tmp_path / "t.py").read_text()

@@ -27,8 +27,8 @@ from gradc.passes.rewriter import Rewriter
 from gradc.examples import train_step
 
 HERE = pathlib.Path(__file__).parent / "passes_ir"
-PIPELINE = ["canonicalize", "cse", "constant-fold", "dce", "fuse-gradients", "fuse-elementwise",
-            "dce"]
+PIPELINE = ["canonicalize", "cse", "constant-fold", "dce", "relu-mask-from-output",
+            "fuse-gradients", "fuse-elementwise", "dce"]
 
 
 def small() -> gradc.Graph:
