@@ -744,3 +744,40 @@ def test_hoisted_kernels_still_follow_what_they_read(seed):
              or sum(int(np.prod(v.type.shape)) for v in n.outputs) <= emit.SMALL_RESULTS]
     fixed = [n for n in before if n not in moved]
     assert [n for n in plan.nodes if n in fixed] == fixed
+
+
+def test_elementwise_kernels_write_over_operands_that_die_there():
+    """An elementwise kernel takes over the arena buffer of an operand of its type that no later
+    kernel reads: relu over the product, add over the negation (the relu's result is read by
+    the add too, so the negation cannot take it). A broadcast operand (other elements than the
+    one being written) and an output's buffer are never taken over."""
+    import re
+    g = gradc.Graph("t")
+    a = g.input("a", "float32", (4096,))
+    b = g.input("b", "float32", (4096,))
+    x = ops.mul(a, b)
+    y = ops.relu(x)
+    w = ops.add(ops.neg(y), y)
+    g.output(ops.mul(w, a), "s")
+    ex = gradc.compile(g, target="c", passes=None)
+    calls = re.findall(r"rc = (k\d+)\(S, nt, (.*?)\);", ex.source)
+    bufs = [re.findall(r"\b[AB]\[\d+\]", args) for _, args in calls]
+    assert bufs == [["B[0]", "A[0]", "A[1]"], ["B[0]"], ["B[1]", "B[0]"], ["B[1]", "B[0]"],
+                    ["A[2]", "B[1]", "A[0]"]]
+    assert ex.arena_bytes == 2 * 4096 * 4
+    rng = np.random.default_rng(0)
+    feeds = {"a": rng.standard_normal(4096).astype(np.float32),
+             "b": rng.standard_normal(4096).astype(np.float32)}
+    assert_bits(ex(**feeds)["s"], gradc.compile(g, target="reference")(**feeds)["s"])
+
+    g = gradc.Graph("t")
+    a = g.input("a", "float32", (64, 64))
+    r = ops.reduce_sum(a, axes=[1], keepdims=True)  # 64 x 1, read broadcast below
+    e = ops.relu(r)
+    g.output(ops.add(e, ops.expand(e, a)), "s")  # broadcast: e's buffer is not taken over
+    g.output(r, "r")  # an output: relu does not write over it
+    ex = gradc.compile(g, target="c", passes=None)
+    want = gradc.compile(g, target="reference")(a=feeds["a"].reshape(64, 64))
+    got = ex(a=feeds["a"].reshape(64, 64))
+    for k in want:
+        assert_bits(got[k], want[k])

@@ -351,8 +351,13 @@ class _Builder:
     # -- planning ------------------------------------------------------------------------
     def _steps(self, outs: set[Value]) -> list[tuple[Node, str | None]]:
         """Assign buffers and kernels; returns (node, kernel call or None) in order."""
+        nodes = self.plan.nodes
+        last_read: dict[Value, int] = {}  # buffer (its root value) -> last node reading it
+        for i, n in enumerate(nodes):
+            for u in n.inputs:
+                last_read[self._root(u, outs)] = i
         steps = []
-        for n in self.plan.nodes:
+        for i, n in enumerate(nodes):
             if n.op == "constant":
                 steps.append((n, self._constant(n, outs)))
                 continue
@@ -360,13 +365,45 @@ class _Builder:
                 self.buf[n.outputs[0]] = self.buf[self.plan.resolve(n.inputs[0])]
                 steps.append((n, None))
                 continue
+            taken: set[str] = set()
             for v in n.outputs:
                 if v not in self.buf:
-                    name = f"b{len(self.owned)}"
+                    name = self._take_over(n, i, v, outs, last_read, taken)
+                    if name is None:
+                        name = f"b{len(self.owned)}"
+                        self.owned[name] = v
                     self.buf[v] = name
-                    self.owned[name] = v
+                    taken.add(name)
             steps.append((n, self._kernel(n)))
         return steps
+
+    def _root(self, v: Value, outs: set[Value]) -> Value:
+        """The value whose buffer ``v`` lives in: through aliases and ``reshape`` views."""
+        v = self.plan.resolve(v)
+        while v.producer is not None and v.producer.op == "reshape" and v not in outs:
+            v = self.plan.resolve(v.producer.inputs[0])
+        return v
+
+    def _take_over(self, n: Node, i: int, v: Value, outs: set[Value],
+                   last_read: Mapping[Value, int], taken: set[str]) -> str | None:
+        """An intermediate buffer that elementwise node ``n`` (step ``i``) may write its result
+        ``v`` into: an operand of ``v``'s type that no later node reads (an output has its own
+        buffer, never the arena's). Each element is loaded into a local before the element is
+        stored (``ExprGen``), so the load of ``x[i]`` precedes the store of ``v[i]`` (as for
+        ``_plan_in_place``); the kernel binds one parameter for both. A relu over its dying
+        input, an accumulation of gradients: the arena then holds one buffer, not two."""
+        if not (n.attrs.get("kind") == "elementwise" if n.body is not None
+                else EMITTERS.get(n.op) is emit_elementwise):
+            return None
+        for u in n.inputs:
+            r = self._root(u, outs)
+            b = self.buf.get(r, "")
+            if (b not in self.owned or b in taken or last_read.get(r) != i
+                    or u.type != v.type or self._bytes(self.owned[b]) != self._bytes(v)):
+                continue
+            if all(w.type.shape == v.type.shape for w in n.inputs if self._root(w, outs) is r):
+                return b
+        return None
 
     def _constant(self, n: Node, outs: set[Value]) -> str | None:
         v = n.outputs[0]
