@@ -261,3 +261,44 @@ def test_shared_borders_read_the_zeros_of_the_previous_row_image_and_channel(dir
     shared, full = (70, 96) if direction == "forward" else (77, 112)
     assert f"NB * {shared}" in source and f"NB * {full}" not in source
     _check(g, {"x": x, "w": w, "dy": dy})
+
+
+@pytest.mark.parametrize("path", ["explicit", "implicit", "transposed", "direct", "nonfinite"])
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_relu_runs_as_the_convolutions_epilogue(path, dtype, monkeypatch):
+    """conv (+ bias) -> relu: the relu kernel is gone, the convolution stores ``v > 0 ? v :
+    +0`` on every path (im2col, implicit, transposed implicit, the direct loops of thin groups
+    and of a non-finite filter, whose NaN sums become +0), bit for bit; a relu whose operand
+    is read elsewhere too stays a kernel."""
+    if path == "explicit":
+        monkeypatch.setattr(conv_gemm, "implicit_ok", lambda *a, **kw: False)
+    if path == "implicit":
+        monkeypatch.setattr(conv_gemm, "NARROW", 1)
+    rng = np.random.default_rng(51)
+    co, groups = {"direct": (4, 4), "transposed": (16, 1)}.get(path, (40, 1))
+    x = rng.standard_normal((2, 8, 9, 7)).astype(dtype)
+    w = rng.standard_normal((co, 8 // groups, 3, 3)).astype(dtype)
+    b = rng.standard_normal((1, co, 1, 1)).astype(dtype)
+    if path == "nonfinite":
+        w[0, 0, 0, 0] = np.inf
+    x[0, 0, 0, :3] = [-0.0, np.nan, 0.0]
+    g = gradc.Graph("cr")
+    xv = g.input("x", x.dtype.name, x.shape)
+    wv = g.input("w", w.dtype.name, w.shape)
+    bv = g.input("b", b.dtype.name, b.shape)
+    f = dict(start_padding=(1, 1), end_padding=(1, 1), group_count=groups)
+    g.output(ops.relu(ops.convolution(xv, wv, bv, **f)), "y")
+    y2 = ops.convolution(xv, wv, None, **f)  # read by the relu and by an output: no epilogue
+    g.output(ops.relu(y2), "r2")
+    g.output(y2, "y2")
+    from gradc.backends.c.emit import generate
+    prog = generate(g)
+    assert sum("+ relu" in lab for lab in prog.kernels) == 1
+    assert sum(lab.startswith("relu") for lab in prog.kernels) == 1
+    feeds = {"x": x, "w": w, "b": b}
+    want = gradc.compile(g, target="reference", passes=None)(**feeds)
+    got = gradc.compile(g, target="c", passes=None)(**feeds)
+    for name in want:
+        assert_bits(got[name], want[name], nan_payload=False)
+    if path == "nonfinite":
+        assert np.isnan(want["y2"]).any() and not np.isnan(want["y"]).any()

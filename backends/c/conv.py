@@ -103,11 +103,17 @@ def _filter_index(kshape: Sequence[int], flip: bool, names: Sequence[str]) -> st
     return " + ".join(f"{t} * {st[i]}" for i, t in enumerate(terms))
 
 
-def _store(cw: CWriter, t: CType, y: str, bias: str | None, plane: int) -> None:
-    """Round the accumulator plane into the output plane (after the bias, if any)."""
+def _store(cw: CWriter, t: CType, y: str, bias: str | None, plane: int,
+           relu: bool = False) -> None:
+    """Round the accumulator plane into the output plane (after the bias, if any; then the
+    relu epilogue, ``v > 0 ? v : +0``, for a float32/float64 result)."""
     b = f" + ({t.acc}){widen(t, bias)}" if bias else ""
     with cw.block(f"for (int64_t q = 0; q < {plane}; q++)"):
-        cw.line(f"{y}[q] = {narrow(t, f'acc[q]{b}')};")
+        if relu:
+            cw.line(f"const {t.store} v = {narrow(t, f'acc[q]{b}')};",
+                    f"{y}[q] = v > 0 ? v : ({t.store})0;")
+        else:
+            cw.line(f"{y}[q] = {narrow(t, f'acc[q]{b}')};")
 
 
 def emit_convolution(k: Kernel) -> None:
@@ -164,7 +170,8 @@ def emit_convolution(k: Kernel) -> None:
             body.line(f"const {t.store} *wc = {wp} + ((grp * {cig} + cl) * {cog} + col) * "
                       f"{kplane};")
         _tap_loops(body, t, axes, fwd, a["mode"] == "convolution", xs, ys, ks)
-    _store(body, t, f"({yp} + p * {oplane})", f"{bp}[o]" if bp else None, oplane)
+    _store(body, t, f"({yp} + p * {oplane})", f"{bp}[o]" if bp else None, oplane,
+           relu=k.epilogue == "relu")
     n = k.dims.expr(x.type.shape[0])
     _parallel(k, f"{n} * {co}", cig * kplane * oplane, [("acc", t.acc, oplane)], body)
 

@@ -192,14 +192,20 @@ def _conv_product(cw: CWriter, t: CType, transposed: bool, cols: str, cog: int, 
 
 
 def _store_rows(cw: CWriter, transposed: bool, cog: int, count: int, row: int, cols: str,
-                val_bias: str | None, stride: int = 1, buf: str = "ct") -> None:
+                val_bias: str | None, stride: int = 1, buf: str = "ct",
+                relu: str | None = None) -> None:
     """``dst[q * stride] = buf element (o, rr * row + q) (+ bias)`` for ``q < count``: buf is
-    ``cog x cols`` (or ``cols x cog`` when the product ran transposed)."""
+    ``cog x cols`` (or ``cols x cog`` when the product ran transposed); ``relu`` (the element
+    type), then ``v > 0 ? v : +0``: the kernel's relu epilogue."""
     src = (f"{buf}[(rr * {row} + q) * {cog} + o]" if transposed else
            f"{buf}[o * {cols} + rr * {row} + q]")
     val = f"{src} + {val_bias}" if val_bias else src
     at = "q" if stride == 1 else f"q * {stride}"
-    cw.line(f"for (int64_t q = 0; q < {count}; q++) dst[{at}] = {val};")
+    if relu:
+        cw.line(f"for (int64_t q = 0; q < {count}; q++) {{ const {relu} v = {val}; "
+                f"dst[{at}] = v > 0 ? v : ({relu})0; }}")
+    else:
+        cw.line(f"for (int64_t q = 0; q < {count}; q++) dst[{at}] = {val};")
 
 
 def _untranspose(cw: CWriter, wp: str, g: int, ca: int, ncol: int) -> None:
@@ -268,7 +274,8 @@ def emit_convolution(k: Kernel, t: CType, flip: bool, g: int,
                                 f"{t.store} *dst = {yp} + (img * {co} + grp * {cog} + o) * "
                                 f"{oplane} + pos;")
                         _store_rows(cw, tr, cog, L, L, "nc",
-                                    f"{bp}[grp * {cog} + o]" if bp else None)
+                                    f"{bp}[grp * {cog} + o]" if bp else None,
+                                    relu=t.store if k.epilogue == "relu" else None)
     cw.line("free(col);", "free(ct);", "free(ao);", "free(bo);", "free(wr);", "free(id);")
 
 
@@ -678,9 +685,10 @@ def emit_convolution_implicit(k: Kernel, t: CType, fwd: bool, flip: bool, g: int
             _fill_padded(cw, t, p)
         if tr:
             _blocked_transposed(cw, t, p, g, (cig, cog, co), kg, rb, ys, direct,
-                                (xp_, f"{wp} + grp * {cog * kg}", yp, bp))
+                                (xp_, f"{wp} + grp * {cog * kg}", yp, bp), k.epilogue == "relu")
         else:
-            _chunked(cw, t, p, g, (cig, cog, co), kg, ys, direct, (xp_, wp, yp, bp))
+            _chunked(cw, t, p, g, (cig, cog, co), kg, ys, direct, (xp_, wp, yp, bp),
+                     k.epilogue == "relu")
     cw.line(*(f"free({name});" for name, _, _ in bufs))
 
 
@@ -688,10 +696,11 @@ BLOCK = 512  # positions per block of a transposed implicit product (rows of the
 
 
 def _chunked(cw: CWriter, t: CType, p: _Padded, g: int, chans: tuple[int, int, int], kg: int,
-             ys: Sequence[int], direct: bool, ptrs: tuple[str, str, str, str | None]) -> None:
+             ys: Sequence[int], direct: bool, ptrs: tuple[str, str, str, str | None],
+             relu: bool) -> None:
     """The implicit product ``W @ X`` per group and chunk of ``MC`` positions (jobs shared by
-    the threads), then the rows of the chunk's valid positions stored into ``y`` (rows shared):
-    ``ct`` is ``cog x MC``."""
+    the threads), then the rows of the chunk's valid positions stored into ``y`` (rows shared;
+    ``relu``: through the relu epilogue): ``ct`` is ``cog x MC``."""
     cig, cog, co = chans
     xp_, wp, yp, bp = ptrs
     plane = p.hp * p.wp
@@ -711,16 +720,18 @@ def _chunked(cw: CWriter, t: CType, p: _Padded, g: int, chans: tuple[int, int, i
                         f"{t.store} *dst = {yp} + ((img * {co} + grp * {cog} + o) * {ys[0]} + "
                         f"yy) * {ys[1]};")
                 _store_rows(cw, False, cog, ys[1], p.wp, "mc",
-                            f"{bp}[grp * {cog} + o]" if bp else None)
+                            f"{bp}[grp * {cog} + o]" if bp else None,
+                            relu=t.store if relu else None)
 
 
 def _blocked_transposed(cw: CWriter, t: CType, p: _Padded, g: int, chans: tuple[int, int, int],
                         kg: int, rb: int, ys: Sequence[int], direct: bool,
-                        ptrs: tuple[str, str, str, str | None]) -> None:
+                        ptrs: tuple[str, str, str, str | None], relu: bool) -> None:
     """The implicit product ``X^T @ W^T`` (positions x ``cog``: the channels are the packed,
     narrow side) per group and block of ``rb`` output rows of one image, each block on one
     thread: the serial gemm into the thread's ``ct`` (``rb * wp x cog``), then the block's
-    valid positions stored into ``y`` while they are in that thread's cache. The zero rows
+    valid positions stored into ``y`` (``relu``: through the relu epilogue) while they are in
+    that thread's cache. The zero rows
     between images are not computed; each row's border columns are, and are dropped."""
     cig, cog, co = chans
     xp_, wp, yp, bp = ptrs
@@ -742,7 +753,8 @@ def _blocked_transposed(cw: CWriter, t: CType, p: _Padded, g: int, chans: tuple[
                 cw.line(f"{t.store} *dst = {yp} + ((img * {co} + grp * {cog} + o) * {ys[0]} + "
                         f"y0 + rr) * {ys[1]};")
                 _store_rows(cw, True, cog, ys[1], p.wp, "",
-                            f"{bp}[grp * {cog} + o]" if bp else None, buf="ctl")
+                            f"{bp}[grp * {cog} + o]" if bp else None, buf="ctl",
+                            relu=t.store if relu else None)
 
 
 def emit_filter_grad_implicit(k: Kernel, t: CType, flip: bool, g: int, it_ptr: str, ot_ptr: str,

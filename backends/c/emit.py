@@ -98,6 +98,7 @@ class _Plan:
     dims: Dims
     alias: dict[Value, Value] = field(default_factory=dict)
     nodes: list[Node] = field(default_factory=list)
+    epilogue: dict[Node, str] = field(default_factory=dict)  # kernel -> op applied as it stores
 
     def resolve(self, v: Value) -> Value:
         seen = 0
@@ -122,6 +123,37 @@ def _flatten(g: Graph, plan: _Plan) -> None:
                 plan.alias[oo] = bo
         else:
             plan.nodes.append(n)
+
+
+def _relu_epilogues(graph: Graph, plan: _Plan) -> None:
+    """A relu whose operand is a forward convolution's float32/float64 result that nothing else
+    reads runs as that convolution's epilogue: the kernel stores ``v > 0 ? v : +0`` (the relu
+    kernel's own expression) for each finished sum ``v`` (after the bias), and the relu's result
+    becomes an alias of the convolution's. One pass over the result fewer (squeezenet's layers).
+    """
+    outs = {plan.resolve(v) for v in graph.outputs}
+    readers: dict[Value, int] = {}
+    for n in plan.nodes:
+        for u in n.inputs:
+            r = plan.resolve(u)
+            readers[r] = readers.get(r, 0) + 1
+    kernels = set(plan.nodes)
+    drop = []
+    for n in plan.nodes:
+        if n.op != "relu" or n.body is not None:
+            continue
+        u = plan.resolve(n.inputs[0])
+        c = u.producer
+        if (c is None or c not in kernels or c.op != "convolution" or c in plan.epilogue
+                or c.attrs.get("direction") != "forward" or readers.get(u) != 1 or u in outs
+                or u.type != n.outputs[0].type
+                or u.type.dtype.name not in ("float32", "float64")):
+            continue
+        plan.epilogue[c] = "relu"
+        plan.alias[n.outputs[0]] = u
+        drop.append(n)
+    dropped = set(drop)
+    plan.nodes[:] = [n for n in plan.nodes if n not in dropped]
 
 
 def _symbols(graph: Graph, nodes: list[Node]) -> list[str]:
@@ -155,6 +187,7 @@ def generate(graph: Graph, shapes: Mapping[str, int] | None = None,
     check_supported(graph)
     plan = _Plan(Dims([], dict(shapes or {})))
     _flatten(graph, plan)
+    _relu_epilogues(graph, plan)
     symbols = _symbols(graph, plan.nodes)
     plan.dims = Dims(symbols, dict(shapes or {}))
     _hoist_sinks(plan)
@@ -442,7 +475,7 @@ class _Builder:
                 bind(bv, ov, False)
             for bv, ov in zip(n.body.outputs, n.outputs):
                 bind(bv, ov, True)
-        k = Kernel(name, n, self.dims, ptr)
+        k = Kernel(name, n, self.dims, ptr, epilogue=self.plan.epilogue.get(n))
         if n.body is None:
             EMITTERS[n.op](k)
         elif n.attrs["kind"] == "elementwise":
@@ -464,7 +497,8 @@ class _Builder:
             w.nest(k.code)
             w.line("return 0;")
         self.kernels.append(w)
-        self.labels.append(kernel_label(n))
+        label = kernel_label(n)
+        self.labels.append(label if k.epilogue is None else f"{label} + {k.epilogue}")
         args = []
         for b, v, is_out in order:
             ty = k.types.get(params[b], ctype(v.type.dtype).store)

@@ -31,6 +31,7 @@ class Kernel:
     code: CWriter = field(default_factory=CWriter)
     types: dict[str, str] = field(default_factory=dict)  # parameter -> C element type override
     read: set[str] = field(default_factory=set)  # parameters that the body uses
+    epilogue: str | None = None  # "relu": applied to each result as it is stored (emit.py)
 
     def param(self, v: Value) -> str:
         """The parameter holding ``v``, noted as used by the body."""
