@@ -250,6 +250,21 @@ def _hoist_sinks(plan: _Plan) -> None:
     plan.nodes[:] = order
 
 
+def _buffer_root(plan: _Plan, v: Value, outs: set[Value]) -> Value:
+    """The value whose buffer ``v`` lives in: through aliases and ``reshape`` views (an
+    output's reshape has a buffer of its own)."""
+    v = plan.resolve(v)
+    while v.producer is not None and v.producer.op == "reshape" and v not in outs:
+        v = plan.resolve(v.producer.inputs[0])
+    return v
+
+
+def _elementwise(n: Node) -> bool:
+    """A kernel that loads each element of its operands before it stores that element."""
+    return (n.attrs.get("kind") == "elementwise" if n.body is not None
+            else EMITTERS.get(n.op) is emit_elementwise)
+
+
 def _plan_in_place(graph: Graph, plan: _Plan, wanted: Mapping[str, str]) -> dict[int, int]:
     """Which outputs are written into an input's buffer; reorders ``plan.nodes`` to allow it.
 
@@ -274,19 +289,12 @@ def _plan_in_place(graph: Graph, plan: _Plan, wanted: Mapping[str, str]) -> dict
     out_set = set(outs)
 
     def root(v: Value) -> Value:
-        v = plan.resolve(v)
-        while v.producer is not None and v.producer.op == "reshape" and v not in out_set:
-            v = plan.resolve(v.producer.inputs[0])
-        return v
+        return _buffer_root(plan, v, out_set)
 
     nodes = plan.nodes
 
     def reads(n: Node, x: Value) -> list[Value]:
         return [u for u in n.inputs if root(u) is x]
-
-    def elementwise(n: Node) -> bool:
-        return (n.attrs.get("kind") == "elementwise" if n.body is not None
-                else EMITTERS.get(n.op) is emit_elementwise)
 
     pairs: dict[int, int] = {}
     for j, o_val in enumerate(graph.outputs):
@@ -300,7 +308,7 @@ def _plan_in_place(graph: Graph, plan: _Plan, wanted: Mapping[str, str]) -> dict
                 or outs.count(o) != 1 or i in pairs.values()):
             continue
         state_update = w.op == "random_generator" and o is w.outputs[1]
-        if not state_update and any(not elementwise(w) or u.type.shape != o.type.shape
+        if not state_update and any(not _elementwise(w) or u.type.shape != o.type.shape
                                     for u in reads(w, x)):
             continue  # the writer would overwrite elements it has still to read
         pairs[j] = i
@@ -388,7 +396,7 @@ class _Builder:
         last_read: dict[Value, int] = {}  # buffer (its root value) -> last node reading it
         for i, n in enumerate(nodes):
             for u in n.inputs:
-                last_read[self._root(u, outs)] = i
+                last_read[_buffer_root(self.plan, u, outs)] = i
         steps = []
         for i, n in enumerate(nodes):
             if n.op == "constant":
@@ -410,13 +418,6 @@ class _Builder:
             steps.append((n, self._kernel(n)))
         return steps
 
-    def _root(self, v: Value, outs: set[Value]) -> Value:
-        """The value whose buffer ``v`` lives in: through aliases and ``reshape`` views."""
-        v = self.plan.resolve(v)
-        while v.producer is not None and v.producer.op == "reshape" and v not in outs:
-            v = self.plan.resolve(v.producer.inputs[0])
-        return v
-
     def _take_over(self, n: Node, i: int, v: Value, outs: set[Value],
                    last_read: Mapping[Value, int], taken: set[str]) -> str | None:
         """An intermediate buffer that elementwise node ``n`` (step ``i``) may write its result
@@ -425,16 +426,16 @@ class _Builder:
         stored (``ExprGen``), so the load of ``x[i]`` precedes the store of ``v[i]`` (as for
         ``_plan_in_place``); the kernel binds one parameter for both. A relu over its dying
         input, an accumulation of gradients: the arena then holds one buffer, not two."""
-        if not (n.attrs.get("kind") == "elementwise" if n.body is not None
-                else EMITTERS.get(n.op) is emit_elementwise):
+        if not _elementwise(n):
             return None
         for u in n.inputs:
-            r = self._root(u, outs)
+            r = _buffer_root(self.plan, u, outs)
             b = self.buf.get(r, "")
             if (b not in self.owned or b in taken or last_read.get(r) != i
                     or u.type != v.type or self._bytes(self.owned[b]) != self._bytes(v)):
                 continue
-            if all(w.type.shape == v.type.shape for w in n.inputs if self._root(w, outs) is r):
+            if all(w.type.shape == v.type.shape for w in n.inputs
+                   if _buffer_root(self.plan, w, outs) is r):
                 return b
         return None
 
