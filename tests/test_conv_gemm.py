@@ -16,12 +16,19 @@ import pytest
 
 import gradc
 from gradc import ops
-from gradc.backends.c import conv_gemm
+from gradc.backends.c import conv_classes, conv_gemm
 from helpers import assert_bits, assert_c_compiles_cleanly
 
 import convolution_oracle as oracle
 
 F32, F64 = np.float32, np.float64
+
+
+@pytest.fixture(autouse=True)
+def _no_tap_classes(monkeypatch):
+    """These tests hold conv_gemm's paths; the tap classes that take small padded planes
+    instead (conv_classes.py) have their own tests."""
+    monkeypatch.setattr(conv_classes, "worth", lambda *a, **kw: False)
 
 
 def _case(rng: np.random.Generator, dtype, max_nd: int = 3, unit: bool = False):
@@ -229,6 +236,24 @@ def test_padded_axis_shares_one_border_between_lines():
     assert conv_gemm._axis(7, 5, 0, 2) == (0, 7)  # no padding: nothing before the start
     assert conv_gemm._axis(9, 5, -1, 1) == (-1, 7)  # the tensor runs past the reads
     assert conv_gemm._axis(5, 4, -1, 1) == (-1, 6)  # shared would take max(6, 5): no shorter
+    # padding wider than the filter reach (3x3, pad 3 on 2 rows: 6 outputs, every shift < 0):
+    # the line holds the 6 outputs computed on it, not only the 2 + 3 the reads need
+    assert conv_gemm._axis(2, 6, -3, -1) == (0, 6)
+
+
+@pytest.mark.parametrize("hw", [2, 3, 4])
+def test_implicit_path_with_padding_wider_than_the_filter(hw):
+    """Every output row is computed and stored when the padding exceeds the filter's reach
+    (the padded line used to end at the last read, leaving the last output rows unwritten)."""
+    rng = np.random.default_rng(hw)
+    x = rng.standard_normal((2, 32, hw, hw)).astype(F32)
+    w = rng.standard_normal((32, 32, 3, 3)).astype(F32)
+    g = gradc.Graph("wide_pad")
+    xv, wv = g.input("x", "float32", x.shape), g.input("w", "float32", w.shape)
+    g.output(ops.convolution(xv, wv, start_padding=(3, 3), end_padding=(3, 3)), "y")
+    from gradc.backends.c.emit import generate
+    assert "SHIFT[" in generate(g).source  # the implicit path
+    _check(g, {"x": x, "w": w}, gemm=True)
 
 
 @pytest.mark.parametrize("direction", ["forward", "backward"])

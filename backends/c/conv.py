@@ -15,7 +15,8 @@ time from constants, in int64: the kernel is emitted only when every such number
 (``_check_bounds``), else UnsupportedError (attributes near 2**62). No table sized by a tensor
 dim is written into the source. These loops serve float16, thin groups (depthwise forward and
 backward) and non-finite factors; float32/float64 layers otherwise take conv_gemm.py's
-register-tiled products (same order, same bits).
+register-tiled products (same order, same bits), or, for small padded planes, conv_classes.py's
+products per class of positions that read the same taps (no product of padding).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from gradc.errors import UnsupportedError
-from gradc.backends.c import conv_gemm
+from gradc.backends.c import conv_classes, conv_gemm
 from gradc.backends.c.kernel import Kernel, fail_unless
 from gradc.backends.c.scalar import narrow, widen
 from gradc.backends.c.ctypes_map import CType, ctype
@@ -142,11 +143,17 @@ def emit_convolution(k: Kernel) -> None:
     bp = k.param(bias) if bias is not None else None
     oplane, iplane, kplane = math.prod(ys), math.prod(xs), math.prod(ks)
     if conv_gemm.usable(t, cog) and min(xs + ys + ks) > 0:
+        fields = [(a["strides"][i], a["dilations"][i], a["start_padding"][i])
+                  for i in range(nd)]
+        flip = a["mode"] == "convolution"
+        classes = conv_classes.plan(xs, ys, ks, fields, fwd)
+        if classes is not None and conv_classes.worth(classes, xs, ys, ks, cog):
+            # no product of padding: exact for non-finite filters too, no check needed
+            conv_classes.emit(k, t, fwd, flip, g, (ci, co), (xs, ys, ks), classes,
+                              bias is not None)
+            return
         conv_gemm.finite_check(k.code, t, wp, k.dims.prod(w.type.shape))
         with k.code.block("if (!nonfinite)"):
-            fields = [(a["strides"][i], a["dilations"][i], a["start_padding"][i])
-                      for i in range(nd)]
-            flip = a["mode"] == "convolution"
             if (conv_gemm.implicit_ok(a["strides"], ys, ks, a["dilations"], False, forward=fwd,
                                       src=xs, pads=a["start_padding"],
                                       macs=cig * kplane * co * math.prod(ys))

@@ -539,10 +539,11 @@ def _axis(src: int, out: int, lo: int, hi: int) -> tuple[int, int]:
     """(omin, padded length) of one axis: ``out`` positions read the tensor (``src`` long) at
     shifts ``lo..hi``. Two borders: ``out + hi - lo`` from ``lo``. Shared, when ``lo < 0``: the
     axis starts at 0 and ends with at least ``-lo`` zeros (a read before the start wraps into
-    the previous line's end) and is long enough for the reads past its end: shorter when the
-    tensor is no longer than the reads reach."""
+    the previous line's end) and is long enough for the reads past its end and for the ``out``
+    positions computed on it (padding wider than the filter: every shift below 0): shorter
+    when the tensor is no longer than the reads reach."""
     full = out + hi - lo
-    shared = max(src - lo, out + hi)
+    shared = max(src - lo, out + max(hi, 0))  # and never shorter than the outputs it holds
     return (0, shared) if lo < 0 and shared < full else (lo, full)
 
 

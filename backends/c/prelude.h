@@ -402,6 +402,10 @@ static inline __attribute__((unused)) void NAME(                                
 }
 typedef float gc_vf32 __attribute__((vector_size(64)));
 typedef double gc_vf64 __attribute__((vector_size(64)));
+/* half-width vectors, for products of at most 8 (float) or 4 (double) columns: a full vector
+ * would compute as many lanes again and drop them (conv_classes.py: one column per image) */
+typedef float gc_vh32 __attribute__((vector_size(32)));
+typedef double gc_vh64 __attribute__((vector_size(32)));
 /* The shared gemm (SER 0: jobs of an orphaned `omp for`) and the serial one (SER 1: one thread
  * runs every job, as inside a parallel loop's iteration, where worksharing cannot nest). */
 #define GC_OMP_SINGLE_CP_0 _Pragma("omp single copyprivate(ap)")
@@ -416,5 +420,9 @@ GC_DEFINE_GEMM(float, gc_gemm_f32, gc_vf32, 16, 0)
 GC_DEFINE_GEMM(double, gc_gemm_f64, gc_vf64, 8, 0)
 GC_DEFINE_GEMM(float, gc_gemm1_f32, gc_vf32, 16, 1)
 GC_DEFINE_GEMM(double, gc_gemm1_f64, gc_vf64, 8, 1)
+GC_DEFINE_GEMM(float, gc_gemmh_f32, gc_vh32, 8, 0)
+GC_DEFINE_GEMM(double, gc_gemmh_f64, gc_vh64, 4, 0)
+GC_DEFINE_GEMM(float, gc_gemmh1_f32, gc_vh32, 8, 1)
+GC_DEFINE_GEMM(double, gc_gemmh1_f64, gc_vh64, 4, 1)
 
 #endif  /* GRADC_PRELUDE_H */
