@@ -577,13 +577,30 @@ class _Separable:
                     f"const {ct} *restrict hmr = hm + i * {owp};",
                     f"const {idx} *restrict hkr = hk + i * {owp};",
                     f"const {idx} rb = ({idx})(i * {self.wd});")
+            cw.line(f"{ct} *restrict vmr = vm;", f"{idx} *restrict bir = bi;")
             with cw.block("if (first)"):
-                cw.line(f"for (int64_t ow = 0; ow < {owp}; ow++) {{ vm[ow] = hmr[ow]; "
-                        "bi[ow] = rb + hkr[ow]; }")
+                cw.line(f"for (int64_t ow = 0; ow < {owp}; ow++) {{ vmr[ow] = hmr[ow]; "
+                        "bir[ow] = rb + hkr[ow]; }")
+            # masks, not branches (the comparisons follow the data, and a branch per window
+            # mispredicts half the time): 16 windows per vector step for float32 with int32
+            # indices (owp is a multiple of 16), else per window
             with cw.orelse():
-                with cw.block(f"for (int64_t ow = 0; ow < {owp}; ow++)"):
-                    cw.line("const _Bool tk = hmr[ow] > vm[ow];",
-                            "vm[ow] = tk ? hmr[ow] : vm[ow]; bi[ow] = tk ? rb + hkr[ow] : bi[ow];")
+                if (ct, idx) == ("float", "int32_t"):
+                    with cw.block(f"for (int64_t ow = 0; ow < {owp}; ow += 16)"):
+                        cw.line("gc_vf32 h, v; gc_vi32 hb, vb;",
+                                "memcpy(&h, hmr + ow, 64); memcpy(&v, vmr + ow, 64);",
+                                "memcpy(&hb, hkr + ow, 64); memcpy(&vb, bir + ow, 64);",
+                                "const gc_vi32 tk = h > v;",
+                                "hb = hb + rb;",
+                                "v = (gc_vf32)(((gc_vi32)h & tk) | ((gc_vi32)v & ~tk));",
+                                "vb = (hb & tk) | (vb & ~tk);",
+                                "memcpy(vmr + ow, &v, 64); memcpy(bir + ow, &vb, 64);")
+                else:
+                    with cw.block(f"for (int64_t ow = 0; ow < {owp}; ow++)"):
+                        cw.line(f"const {ct} h = hmr[ow], v = vmr[ow];",
+                                f"const {idx} hb = rb + hkr[ow], vb = bir[ow];",
+                                f"const {idx} tk = -({idx})(h > v);",
+                                "vmr[ow] = h > v ? h : v; bir[ow] = vb ^ ((hb ^ vb) & tk);")
             cw.line("first = 0;")
         cw.line(f"if (first) for (int64_t ow = 0; ow < {owp}; ow++) bi[ow] = -1;",
                 f"else for (int64_t ow = 0; ow < {owp}; ow++) "

@@ -402,6 +402,7 @@ static inline __attribute__((unused)) void NAME(                                
 }
 typedef float gc_vf32 __attribute__((vector_size(64)));
 typedef double gc_vf64 __attribute__((vector_size(64)));
+typedef int32_t gc_vi32 __attribute__((vector_size(64)));  /* masks and indices of gc_vf32 lanes */
 /* half-width vectors, for products of at most 8 (float) or 4 (double) columns: a full vector
  * would compute as many lanes again and drop them (conv_classes.py: one column per image) */
 typedef float gc_vh32 __attribute__((vector_size(32)));

@@ -67,12 +67,20 @@ static int k0(const int64_t *restrict S, int nt, uint16_t *restrict p0, const fl
           const float *restrict hmr = hm + i * 16;
           const int32_t *restrict hkr = hk + i * 16;
           const int32_t rb = (int32_t)(i * 8);
+          float *restrict vmr = vm;
+          int32_t *restrict bir = bi;
           if (first) {
-            for (int64_t ow = 0; ow < 16; ow++) { vm[ow] = hmr[ow]; bi[ow] = rb + hkr[ow]; }
+            for (int64_t ow = 0; ow < 16; ow++) { vmr[ow] = hmr[ow]; bir[ow] = rb + hkr[ow]; }
           } else {
-            for (int64_t ow = 0; ow < 16; ow++) {
-              const _Bool tk = hmr[ow] > vm[ow];
-              vm[ow] = tk ? hmr[ow] : vm[ow]; bi[ow] = tk ? rb + hkr[ow] : bi[ow];
+            for (int64_t ow = 0; ow < 16; ow += 16) {
+              gc_vf32 h, v; gc_vi32 hb, vb;
+              memcpy(&h, hmr + ow, 64); memcpy(&v, vmr + ow, 64);
+              memcpy(&hb, hkr + ow, 64); memcpy(&vb, bir + ow, 64);
+              const gc_vi32 tk = h > v;
+              hb = hb + rb;
+              v = (gc_vf32)(((gc_vi32)h & tk) | ((gc_vi32)v & ~tk));
+              vb = (hb & tk) | (vb & ~tk);
+              memcpy(vmr + ow, &v, 64); memcpy(bir + ow, &vb, 64);
             }
           }
           first = 0;
