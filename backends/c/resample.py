@@ -172,14 +172,49 @@ def _resample_identity_prefix(k: Kernel, lead: int, terms: list[str], store: str
     cw.line("int fin = 1, nz = 0;",
             f"for (int64_t i = 0; i < {k.dims.prod(x.type.shape)}; i++) "
             f"fin &= ({px}[i] - {px}[i] == 0);")
-    with _each_output(k, shape, " reduction(|:nz)"):
-        cw.line(*short, "nz |= (s == 0) & (signbit(s) != 0);", store)
+    if lead == len(shape) - 2:  # two interpolated axes: whole output rows
+        _rows_of_two_axes(k, lead)
+    else:
+        with _each_output(k, shape, " reduction(|:nz)"):
+            cw.line(*short, "nz |= (s == 0) & (signbit(s) != 0);", store)
     with cw.block("if (!fin || nz)"):  # rare: recompute the elements that need the full sum
         with _each_output(k, shape):
             cw.line(*short)
             with cw.block("if (!fin || (s == 0 && signbit(s)))"):
                 cw.line(*_sum(terms), store)
     cw.line("free(ti); free(tw);")
+
+
+def _rows_of_two_axes(k: Kernel, lead: int) -> None:
+    """The first pass of ``_resample_identity_prefix`` when only the last two axes
+    interpolate (UNet's 2x upsampling): per output row, the two input rows it reads and the
+    products of the leading weights are found once; along the row each element adds its four
+    terms in the reference's order (corners (0, 0), (0, 1), (1, 0), (1, 1) of the two axes),
+    each weight the same left-to-right float product, ``(w0 * ... * w_{r-2}) * w_{r-1}``."""
+    x, y = k.node.inputs[0], k.node.outputs[0]
+    t = ctype(x.type.dtype)
+    cw, dims, shape, r = k.code, k.dims, y.type.shape, len(y.type.shape)
+    xst, yst = strides(dims, x.type.shape), strides(dims, shape)
+    px, py = k.param(x), k.param(y)
+    a, last = r - 2, r - 1
+    lead_w = " * ".join(f"W{d}_0[o{d}]" for d in range(lead))
+    base = " + ".join([f"I{d}_0[o{d}] * {xst[d]}" for d in range(lead)] or ["0"])
+    heads = [f"for (int64_t o{d} = 0; o{d} < {dims.expr(shape[d])}; o{d}++)" for d in range(last)]
+    cw.line(omp_for(dims.prod(shape), max(1, last)) + " reduction(|:nz)")
+    with cw.under(*heads[:-1]), cw.block(heads[-1]):
+        for c in range(2):
+            w = f"{lead_w} * W{a}_{c}[o{a}]" if lead_w else f"W{a}_{c}[o{a}]"
+            cw.line(f"const float w{c} = {w};",
+                    f"const {t.store} *x{c} = {px} + {base} + I{a}_{c}[o{a}] * {xst[a]};")
+        cw.line(f"{t.store} *yr = {py} + "
+                f"{' + '.join(f'o{d} * {yst[d]}' for d in range(last))};")
+        n = dims.expr(shape[last])
+        with cw.block(f"for (int64_t o{last} = 0; o{last} < {n}; o{last}++)"):
+            terms = [f"({t.acc})(w{c} * W{last}_{e}[o{last}]) * "
+                     f"({t.acc}){widen(t, f'x{c}[I{last}_{e}[o{last}] * {xst[last]}]')}"
+                     for c in range(2) for e in range(2)]
+            cw.line(*_sum(terms, f"{t.acc} "), "nz |= (s == 0) & (signbit(s) != 0);",
+                    f"yr[o{last}] = {_store(t, 's')};")
 
 
 # -- resample_grad ---------------------------------------------------------------------------
