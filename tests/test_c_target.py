@@ -378,6 +378,44 @@ def test_max_pooling_and_grad(cache, seed, p, dtype):
     check(c_compile(g, cache), feeds, loose={"dx"})
 
 
+@FEW
+@given(seed=seeds, p=pools(), dtype=st.sampled_from(["float32", "float64", "float16"]))
+def test_max_pooling_without_indices_takes_the_maxima(cache, seed, p, dtype):
+    """Without an indices output, float32/float64 windows keep the running maximum, not its
+    index (pool.py ``_window_max``): the same bits as the argmax's element, on ties of +0 and
+    -0 (the first wins), NaN and -inf planes (redone NaN-aware), and windows wholly in the
+    padding (the lowest value)."""
+    from gradc.ir.ops.pooling import pool_size
+    spatial, w, s, sp, ep, d, ceil = p
+    out = [pool_size(n, *a) + c for n, *a, c in zip(spatial, w, s, sp, ep, d, ceil)]
+    g = gradc.Graph("pool_values")
+    x = g.input("x", dtype, ("N", 2, *spatial))
+    try:
+        g.output(ops.max_pooling(x, w, s, sp, ep, d, output_sizes=out), "y")
+    except VerifyError:
+        assume(False)
+    ex = c_compile(g, cache)
+    rng = np.random.default_rng(seed)
+    xv = data(rng, dtype, (int(rng.integers(1, 3)), 2, *spatial), special=seed % 3 == 0)
+    if seed % 2:
+        xv = (np.round(xv) * np.where(rng.integers(0, 2, xv.shape), 1, -1)).astype(dtype)
+    if seed % 5 == 0:
+        xv[0, 1] = -np.inf
+    check(ex, {"x": xv})
+
+
+def test_max_pooling_maxima_keep_the_first_of_equal_zeros(cache):
+    """-0 then three +0 in one window gives -0, +0 then three -0 gives +0 (strict '>': the
+    first of equal values wins)."""
+    g = gradc.Graph("pool_zeros")
+    x = g.input("x", "float32", (1, 1, 2, 4))
+    g.output(ops.max_pooling(x, (2, 2), (2, 2)), "y")
+    ex = c_compile(g, cache)
+    assert "vm[ow] = bv;" in ex.source  # the maxima, not the argmax
+    xv = np.array([[[[-0.0, 0.0, 0.0, -0.0], [0.0, 0.0, -0.0, -0.0]]]], np.float32)
+    assert_bits(ex(x=xv)["y"], np.array([[[[-0.0, 0.0]]]], np.float32))
+
+
 def test_max_pooling_grad_benchmark_geometry(cache):
     g = gradc.Graph("pool3")
     x = g.input("x", "float32", ("N", 3, 20, 21))

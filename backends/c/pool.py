@@ -184,7 +184,7 @@ class _Pool:
             return ""
         return f" nanf |= {v} != {v};"
 
-    def row_pass(self, cw: CWriter, bi: str, nan: bool) -> None:
+    def row_pass(self, cw: CWriter, bi: str, nan: bool, values: str | None = None) -> None:
         """Fill ``bi[ow]`` (in-plane argmax or -1) for the row at outer coords ``r0..``.
 
         Every window's valid taps are known statically from its coordinates, so rows are
@@ -200,13 +200,17 @@ class _Pool:
             cond = " && ".join(f"r{a} >= {g[0]} && r{a} <= {g[1]}" for a, g in enumerate(combo))
             head = f"if ({cond or '1'})"
             with cw.block(head) if i == 0 else cw.orelse(f"else {head}"):
-                self._row(cw, bi, [g[2] for g in combo], nan)
+                self._row(cw, bi, [g[2] for g in combo], nan, values)
 
-    def _row(self, cw: CWriter, bi: str, outer: list[tuple[int, int]], nan: bool) -> None:
-        """One row whose outer axes have the valid tap ranges ``outer``."""
+    def _row(self, cw: CWriter, bi: str, outer: list[tuple[int, int]], nan: bool,
+             values: str | None = None) -> None:
+        """One row whose outer axes have the valid tap ranges ``outer`` (``values``: the
+        lowest value, stored in ``bi`` for a window without taps; then ``bi`` gets each
+        window's maximum, not its argmax)."""
         last = self.nd - 1
+        empty = values if values is not None else "-1"
         if any(lo > hi for lo, hi in outer):
-            cw.line(f"for (int64_t ow = 0; ow < {self.out[last]}; ow++) {bi}[ow] = -1;")
+            cw.line(f"for (int64_t ow = 0; ow < {self.out[last]}; ow++) {bi}[ow] = {empty};")
             return
         rowbase = " + ".join(f"(r{a} * {self.s[a]} - {self.pad[a]}) * {self.st[a]}"
                              for a in range(last)) or "0"
@@ -214,10 +218,13 @@ class _Pool:
         for first, lastc, kr in self.groups(last):
             offs = self._offsets(outer + [kr])
             if not offs:
-                cw.line(f"for (int64_t ow = {first}; ow <= {lastc}; ow++) {bi}[ow] = -1;")
+                cw.line(f"for (int64_t ow = {first}; ow <= {lastc}; ow++) {bi}[ow] = {empty};")
                 continue
             with cw.block(f"for (int64_t ow = {first}; ow <= {lastc}; ow++)"):
-                self._window(cw, bi, offs, nan)
+                if values is not None:
+                    self._window_max(cw, bi, offs)
+                else:
+                    self._window(cw, bi, offs, nan)
 
     def _offsets(self, ranges: list[tuple[int, int]]) -> list[int]:
         """In-plane offsets of the valid taps from the window origin, in window order."""
@@ -239,6 +246,20 @@ class _Pool:
                         f"const _Bool take = {self.better('v', 'bv', nan)};",
                         "bv = take ? v : bv; b = take ? ii : b;")
         cw.line(f"{bi}[ow] = b;")
+
+    def _window_max(self, cw: CWriter, vb: str, offs: list[int]) -> None:
+        """The maximum of the window at column ``ow`` over the taps ``offs``, by the plain rule
+        (each tap replaces the maximum when strictly greater, noting NaN candidates): the value
+        the argmax would select, bit for bit (the first of equal values, -0 and +0 included),
+        without an index to carry, so the selection needs no branch."""
+        ct = self.t.compute
+        cw.line(f"const {self.idx} base = rb + ({self.idx})(ow * {self.s[-1]} - "
+                f"{self.pad[-1]});",
+                f"{ct} bv = x[base + {offs[0]}]; nanf |= bv != bv;")
+        for off in offs[1:]:
+            cw.line(f"{{ const {ct} v = x[base + {off}]; nanf |= v != v; "
+                    "bv = v > bv ? v : bv; }")
+        cw.line(f"{vb}[ow] = bv;")
 
     def _range(self, cw: CWriter, a: int, o: str) -> None:
         """The valid taps ``lo{a}..hi{a}`` of axis ``a`` at output coordinate ``o`` (empty:
@@ -360,9 +381,16 @@ def emit_max_pooling(k: Kernel) -> None:
     px, py = k.param(x), k.param(y)
     pi = k.param(n.outputs[1]) if len(n.outputs) > 1 else None
 
+    # without indices, float32/float64 planes take the maxima directly (no argmax to carry)
+    values = pi is None and t.is_float and t.store == t.compute and pool.unrolled
+
     def row(cw: CWriter, nan: bool) -> None:
-        pool.row_pass(cw, "bi", nan)
         cw.line(f"const int64_t yb = p * {pool.oplane} + orow;")
+        if values and not nan:
+            pool.row_pass(cw, "vm", False, values=low)
+            cw.line(f"for (int64_t ow = 0; ow < {pool.out[-1]}; ow++) {py}[yb + ow] = vm[ow];")
+            return
+        pool.row_pass(cw, "bi", nan)
         with cw.block(f"for (int64_t ow = 0; ow < {pool.out[-1]}; ow++)"):
             cw.line(f"const {pool.idx} b = bi[ow];",
                     f"{py}[yb + ow] = b >= 0 ? x[b] : {low};")
@@ -372,8 +400,10 @@ def emit_max_pooling(k: Kernel) -> None:
     body = CWriter()
     body.line(f"const {t.store} *x = {px} + p * {pool.plane};")
     pool.rows_by_nan(body, row, [])
-    _parallel(k, k.dims.prod(x.type.shape[:2]), str(pool.plane),
-              [("bi", pool.idx, str(pool.out[-1]))], body)
+    allocs = [("bi", pool.idx, str(pool.out[-1]))]
+    if values:
+        allocs.append(("vm", t.store, str(pool.out[-1])))
+    _parallel(k, k.dims.prod(x.type.shape[:2]), str(pool.plane), allocs, body)
 
 
 def emit_max_pooling_grad(k: Kernel) -> None:
