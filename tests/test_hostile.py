@@ -335,6 +335,34 @@ def test_d12_f2_subclasses_become_plain_arrays(target):
         assert out["s"] == 8.0 and out["m"].reshape(-1)[0] == 4.0
 
 
+@pytest.mark.parametrize("target", ["c", "numpy"])
+def test_static_inputs_matched_first_still_refuse_every_mismatch(target):
+    """A graph without symbols checks its arrays against the static signature first; any
+    mismatch falls through to the checks that name it (a step's state passed each call)."""
+    g = gradc.Graph("g")
+    x = g.input("x", "f32", [2, 3])
+    w = g.parameter("w", np.ones((3,), np.float32))
+    g.output(ops.mul(x, w), "y")
+    ex = gradc.compile(g, target=target)
+    assert ex._static is not None
+    a = np.ones((2, 3), np.float32)
+    assert ex(x=a, w=np.full(3, 2.0, np.float32))["y"].tolist() == [[2.0] * 3] * 2
+    cases = [({"x": a.astype(np.float64)}, "expected dtype float32, got float64"),
+             ({"x": a.reshape(3, 2)}, r"expected shape \(2, 3\), got \(3, 2\)"),
+             ({"x": a, "z": a}, "unexpected input 'z'"),
+             ({"x": a, "w": np.ones(4, np.float32)}, r"input 'w': expected shape \(3,\)"),
+             ({"x": [[1.0] * 3] * 2}, "expected a numpy.ndarray, got list"),
+             ({}, "input 'x': missing")]
+    if target == "c":
+        cases.append(({"x": np.ones((2, 6), np.float32)[:, ::2]}, "C-contiguous"))
+    for kw, msg in cases:
+        with pytest.raises(InputError, match=msg):
+            ex(**kw)
+    h = gradc.Graph("h")
+    h.output(ops.relu(h.input("x", "f32", ["N", 3])), "y")
+    assert gradc.compile(h, target=target)._static is None  # a symbol: the full checks
+
+
 def test_masked_arrays_are_refused():
     g = gradc.Graph("g")
     g.output(ops.relu(g.input("x", "f32", [2])))
