@@ -67,13 +67,17 @@ def test_classes_of_a_3x3_filter_on_2x2_and_4x4_planes():
 
 def test_chosen_where_padding_products_are_a_quarter_or_more():
     """resnet18's 3x3 layers at 2x2 (5/9 of an im2col product is padding) and 4x4 (31%), a
-    3x3 plane (40%); not 7x7 planes (18%), 8x8 (16%), unpadded layers or narrow filters."""
+    3x3 plane (40%); 7x7 planes (18%) and 8x8 (16%) with 128 filter rows or more; not larger
+    planes, unpadded layers or narrow filters."""
     def worth(hw, cog, pad=1, s=1):
         out = (hw + 2 * pad - 3) // s + 1
         cls = conv_classes.plan([hw, hw], [out, out], [3, 3], [(s, 1, pad)] * 2, True)
         return conv_classes.worth(cls, [hw, hw], [out, out], [3, 3], cog)
     assert worth(2, 512) and worth(4, 256) and worth(3, 256) and worth(4, 512, s=2)
-    assert not worth(7, 256) and not worth(8, 128) and not worth(4, 256, pad=0)
+    assert worth(2, 64) and worth(4, 32)
+    # 7x7 and 8x8 planes (16-18%): with WIDE filter rows only
+    assert worth(7, 256) and worth(8, 128) and not worth(7, 64) and not worth(8, 32)
+    assert not worth(4, 256, pad=0) and not worth(9, 256) and not worth(16, 256)
     assert not worth(2, 16)  # fewer than NARROW filter rows
 
 
