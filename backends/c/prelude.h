@@ -280,6 +280,22 @@ GC_INLINE int gc_thread(void) {  /* this thread's number in the enclosing parall
 #ifndef GC_NCP
 #define GC_NCP 64
 #endif
+/* Rows per job of a gemm that reads A in place, in jobs of ng panel groups per chunk of rows:
+ * the chunk (whole tiles of mr rows, at most GC_MC) whose static schedule gives the busiest of
+ * nth threads the fewest rows, the largest of those. Halving GC_MC until there were two jobs
+ * per thread split a filter gradient's 144, 288 or 576 rows into 5 jobs, 3 on one thread and
+ * 2 on the other: that thread did 2/3 of the work. */
+static inline __attribute__((unused)) int64_t gc_row_chunk(int64_t M, int64_t mr, int64_t ng,
+                                                           int64_t nth) {
+  const int64_t tiles = (M + mr - 1) / mr, n0 = (M + GC_MC - 1) / GC_MC;
+  int64_t best = GC_MC, load = INT64_MAX;
+  for (int64_t nmc = n0; nmc <= tiles && nmc <= n0 + 8 * nth; nmc++) {
+    const int64_t mcs = (tiles + nmc - 1) / nmc * mr, jobs = ng * ((M + mcs - 1) / mcs);
+    const int64_t busiest = (jobs + nth - 1) / nth * mcs;
+    if (busiest < load) { load = busiest; best = mcs; }
+  }
+  return best;
+}
 #define GC_UNROLL _Pragma("GCC unroll 16")
 #define GC_AMO(m) (amo ? amo[m] : (m))  /* row m's offset in A */
 /* One MRX x NR tile over a k-block: acc[r] += B row kk * A(r, kk) for kk ascending, where ADV
@@ -326,8 +342,10 @@ static inline __attribute__((unused)) void NAME(                                
   /* A read in place and 4x the size of B (a filter against few columns): each job takes all   \
    * the panels, so each row of A is read once, while it is in L2. */                         \
   const int all = !ap && M >= 4 * N;                                                           \
-  int64_t mcs = GC_MC; /* smaller row chunks when there are too few jobs for the threads */    \
-  while (mcs > mr && (all ? 1 : NP) * ((M + mcs - 1) / mcs) < 2 * (int64_t)GC_NTH_##SER)         \
+  /* rows per job: with A in place, balanced over the threads (gc_row_chunk); with packed A,  \
+   * smaller chunks only when there are too few jobs for the threads */                       \
+  int64_t mcs = ap ? GC_MC : gc_row_chunk(M, mr, all ? 1 : NP, GC_NTH_##SER);                  \
+  while (ap && mcs > mr && NP * ((M + mcs - 1) / mcs) < 2 * (int64_t)GC_NTH_##SER)             \
     mcs = (mcs / 2 + mr - 1) / mr * mr;                                                        \
   const int64_t NMC = (M + mcs - 1) / mcs;                                                     \
   /* Groups of panels per row chunk (packed A): as few as give the busiest thread the fewest   \
