@@ -274,6 +274,9 @@ GC_INLINE int gc_thread(void) {  /* this thread's number in the enclosing parall
 #ifndef GC_KC
 #define GC_KC 256
 #endif
+#ifndef GC_DIRECT_M
+#define GC_DIRECT_M 64
+#endif
 #ifndef GC_PACK_MIN
 #define GC_PACK_MIN 8
 #endif
@@ -301,12 +304,15 @@ static inline __attribute__((unused)) int64_t gc_row_chunk(int64_t M, int64_t mr
 /* One MRX x NR tile over a k-block: acc[r] += B row kk * A(r, kk) for kk ascending, where ADV
  * prepares step kk and AEL reads row r's element of it (inside GC_DEFINE_GEMM's tile loop: it
  * reads that loop's fresh, src, ld, bp, kb, full, c and tile). */
-#define GC_TILE(T, V, MRX, ADV, AEL) {                                                         \
+#define GC_TILE(T, V, MRX, ADV, AEL) GC_TILE_B(T, V, MRX, const V b = *(const V *)(bp + kk * NR);, \
+                                               ADV, AEL)
+/* The same, where BLD defines step kk's row of B (``V b``). */
+#define GC_TILE_B(T, V, MRX, BLD, ADV, AEL) {                                                  \
     V acc[MRX];                                                                                \
     GC_UNROLL for (int r = 0; r < MRX; r++) {                                                  \
       if (fresh) acc[r] = (V){0}; else memcpy(&acc[r], src + r * ld, sizeof(V)); }            \
     for (int64_t kk = 0; kk < kb; kk++) {                                                      \
-      const V b = *(const V *)(bp + kk * NR);                                                  \
+      BLD                                                                                      \
       ADV                                                                                      \
       GC_UNROLL for (int r = 0; r < MRX; r++) { const V p = b * (AEL); acc[r] = acc[r] + p; }  \
     }                                                                                          \
@@ -372,7 +378,11 @@ static inline __attribute__((unused)) void NAME(                                
       const int64_t kb = K - k0 < GC_KC ? K - k0 : GC_KC;                                      \
       const int64_t n0 = g * NR, nb = N - n0 < NR ? N - n0 : NR;                               \
       const T *bp = bpk ? B + (g * K + k0) * NR : bpbuf;                                       \
-      for (int64_t kk = 0; kk < kb && !bpk; kk++) {                                            \
+      /* few rows of packed A against a full panel of consecutive columns: B is read in place  \
+       * (each row of a panel is one unaligned vector), packing it would cost more than the   \
+       * GC_DIRECT_M / GC_MR tiles that read it */                                            \
+      const int direct = ap && !bpk && !bno && nb == NR && M <= GC_DIRECT_M;                   \
+      for (int64_t kk = 0; kk < kb && !bpk && !direct; kk++) {                                 \
         const T *s = B + boff[k0 + kk];                                                        \
         T *d = bpbuf + kk * NR;                                                                \
         if (!bno) for (int64_t j = 0; j < nb; j++) d[j] = s[n0 + j];                           \
@@ -392,7 +402,12 @@ static inline __attribute__((unused)) void NAME(                                
             for (int64_t r = 0; r < rows; r++)                                                 \
               for (int64_t j = 0; j < nb; j++) tile[r * NR + j] = c[r * ldc + j];              \
         }                                                                                      \
-        if (ap) {                                                                              \
+        if (ap && direct) {                                                                    \
+          const T *a = ap + ((m0 + i) * K + k0 * GC_MR), *bd = B + n0;                         \
+          const int64_t *bo = boff + k0;                                                       \
+          GC_TILE_B(T, V, GC_MR, V b; memcpy(&b, bd + bo[kk], sizeof b);,                      \
+                    const T *ak = a + kk * GC_MR;, ak[r])                                      \
+        } else if (ap) {                                                                       \
           const T *a = ap + ((m0 + i) * K + k0 * GC_MR);                                       \
           GC_TILE(T, V, GC_MR, const T *ak = a + kk * GC_MR;, ak[r])                           \
         } else if (!amo && rows == GC_MR) { /* consecutive rows: one pointer */                 \
