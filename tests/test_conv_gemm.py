@@ -62,6 +62,14 @@ def _case(rng: np.random.Generator, dtype, max_nd: int = 3, unit: bool = False):
     return [a if a is None else a.astype(dtype) for a in (x, w, b, dy)], f
 
 
+def _orient(monkeypatch, narrow):
+    """Every product of fewer than ``narrow`` output channels transposed, on every path (1:
+    none, 1000: all)."""
+    monkeypatch.setattr(conv_gemm, "NARROW", narrow)
+    monkeypatch.setattr(conv_gemm, "NARROW_PADDED", narrow)
+    monkeypatch.setattr(conv_gemm, "NARROW_MIN_K", 0)
+
+
 def _graph(x, w, b, dy, f, batch):
     g = gradc.Graph("cg")
     xv = g.input("x", x.dtype.name, (batch,) + x.shape[1:])
@@ -95,7 +103,7 @@ def test_gemm_path_is_bit_identical_to_the_reference(dtype, chunk, narrow, impli
     narrow 1 runs every product as ``W @ B``, 1000 every one transposed (``B^T @ W^T``);
     implicit: unit strides on two axes, read through zero borders (no im2col), else never."""
     monkeypatch.setattr(conv_gemm, "CHUNK", chunk)
-    monkeypatch.setattr(conv_gemm, "NARROW", narrow)
+    _orient(monkeypatch, narrow)
     if implicit:
         monkeypatch.setattr(conv_gemm, "WASTE", 1e9)
         monkeypatch.setattr(conv_gemm, "WASTE_BACKWARD", 1e9)
@@ -115,7 +123,7 @@ def test_wide_layer_with_many_panels_and_row_chunks(narrow, implicit, monkeypatc
     """More than one packed row chunk (GC_MC = 256 rows), partial register tiles on both
     sides, k longer than a packed block (GC_KC = 128), and long filter-gradient sums; both
     orientations, with and without im2col."""
-    monkeypatch.setattr(conv_gemm, "NARROW", narrow)
+    _orient(monkeypatch, narrow)
     if not implicit:
         monkeypatch.setattr(conv_gemm, "implicit_ok", lambda *a, **kw: False)
     rng = np.random.default_rng(3)
@@ -214,7 +222,7 @@ def test_depthwise_filter_gradient_keeps_each_taps_order(dtype):
 def test_pointwise_convolution_reads_its_input_in_place(narrow, direction, monkeypatch):
     """1x1 filters without padding (mobilenet's pointwise layers): the implicit product reads
     the input where it lies (no bordered copy), rows through a table of (image, position)."""
-    monkeypatch.setattr(conv_gemm, "NARROW", narrow)
+    _orient(monkeypatch, narrow)
     rng = np.random.default_rng(31)
     x = rng.standard_normal((3, 80, 5, 7)).astype(F32)  # 40 channels per group: implicit
     w = rng.standard_normal((80, 18, 1, 1) if direction == "backward" else (36, 40, 1, 1))
@@ -298,7 +306,9 @@ def test_relu_runs_as_the_convolutions_epilogue(path, dtype, monkeypatch):
     if path == "explicit":
         monkeypatch.setattr(conv_gemm, "implicit_ok", lambda *a, **kw: False)
     if path == "implicit":
-        monkeypatch.setattr(conv_gemm, "NARROW", 1)
+        _orient(monkeypatch, 1)
+    if path == "transposed":
+        _orient(monkeypatch, 1000)
     rng = np.random.default_rng(51)
     co, groups = {"direct": (4, 4), "transposed": (16, 1)}.get(path, (40, 1))
     x = rng.standard_normal((2, 8, 9, 7)).astype(dtype)

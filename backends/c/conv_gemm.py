@@ -30,7 +30,8 @@ input is instead copied once with zero borders and read at each tap's shift (imp
 in place). Thin groups (fewer than ``MIN_ROWS`` output channels per group: depthwise) keep
 conv.py's direct loops, except the depthwise filter gradient, which sums every tap at once
 (``emit_filter_grad_depthwise``). Which path a layer takes: ``implicit_ok``, ``NARROW``,
-``MIN_K``, ``FG_PLANE``, ``WASTE`` (thresholds measured on this project's machine).
+``NARROW_PADDED``, ``NARROW_MIN_K``, ``MIN_K``, ``FG_PLANE``, ``WASTE`` (thresholds measured on
+this project's machine).
 """
 
 from __future__ import annotations
@@ -47,6 +48,15 @@ from gradc.backends.c.writer import CWriter
 CHUNK = 1 << 18  # target elements of the im2col buffer
 MIN_ROWS = 4  # groups with fewer output rows use the direct loops
 NARROW = 32  # fewer output channels (filter-gradient rows): the product runs transposed
+# Transposed products (narrow side packed) for fewer output channels than these: NARROW where
+# the columns are read from an input in place (1x1 without padding) or from an im2col buffer
+# with sums of at least NARROW_MIN_K terms; NARROW_PADDED where they are read from a padded
+# copy, which is in cache, in place (no packing: the prelude's GC_DIRECT_M). Measured (batch
+# 8, float32, 2 threads): 16 channels of 3x3 at 64x64 ran 1.17 ms transposed, 1.03 ms not;
+# the UNet's 1x1 head 16->4 (im2col, 16-term sums) 0.37 against 0.21 ms, its backward 4->16
+# 0.36 against 0.13 ms; a 1x1 96->16 in place 0.21 ms transposed against 0.35 ms not.
+NARROW_PADDED = 16
+NARROW_MIN_K = 32
 NR = {"float": 16, "double": 8}  # columns of the prelude gemm's register tile (one vector)
 
 
@@ -237,7 +247,7 @@ def emit_convolution(k: Kernel, t: CType, flip: bool, g: int,
     batch = k.dims.expr(x.type.shape[0])
     L = ys[-1]
     rows = f"((int64_t){batch} * {oplane // L})"
-    tr = cog < NARROW
+    tr = cog < NARROW and kg >= NARROW_MIN_K
     cw = k.code
     cw.line(f"const int64_t RT = {rows}, R = {_rows_per_chunk(ci * kplane, L, 'RT')}, "
             f"NCMAX = R * {L} + {SKEW};")
@@ -398,7 +408,7 @@ def emit_convolution_backward(k: Kernel, t: CType, flip: bool, g: int, chans: tu
                   for _, grid, taps in phases]
     ncmax = max(r * grid[-1] for r, (_, grid, _) in zip(chunk_rows, phases))
     kmax = max(len(taps) for _, _, taps in phases)
-    tr = cog < NARROW
+    tr = cog < NARROW and cig * kmax >= NARROW_MIN_K
     cw.line(f"const int64_t NCMAX = {ncmax + SKEW};")
     alloc(cw, [("col", t.store, f"{ci * max(1, kmax)} * NCMAX"), ("ct", t.store, f"{cog} * NCMAX"),
                ("ao", "int64_t", f"{cig * max(1, kmax)}"),
@@ -648,7 +658,7 @@ def emit_convolution_implicit(k: Kernel, t: CType, fwd: bool, flip: bool, g: int
     # no shift and no border (1x1 filters without padding): read the input where it lies,
     # rows (image, position) through a table, instead of copying it
     direct = all(sh == (0, 0) for sh in shifts) and (p.hp, p.wp) == (xs[0], xs[1]) == tuple(ys)
-    tr = cog < NARROW
+    tr = cog < (NARROW if direct else NARROW_PADDED)
     # transposed (positions x channels): per block of RB output rows of an image, one thread
     # runs the product and stores its rows while they are in its cache; the padding rows are
     # not computed
