@@ -26,7 +26,13 @@ def keep_threshold(ratio: float) -> int:
 
 
 def dropout(input: Value, input_state: Value, ratio: float = 0.5) -> tuple[Value, Value, Value]:
-    """``(output, mask, output_state)``: SPEC §20.2's dropout drawing from ``input_state``."""
+    """``(output, mask, output_state)``: each element kept with probability ``1 - ratio``.
+
+    The keep decision uses 32 Philox bits per element drawn from ``input_state`` (kept when
+    the bits are at least ``ceil(ratio * 2**32)``); kept elements are scaled by
+    ``1 / (1 - ratio)``, dropped ones become +0; ``mask`` is the bool keep mask and
+    ``output_state`` the advanced state.
+    """
     c = ArgCheck("dropout")
     x = c.floating("input", input, 0, 8)
     st = c.value("input_state", input_state)

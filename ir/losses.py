@@ -101,7 +101,12 @@ def _reduce(per: Value, w: Value, reduction: str) -> Value:
 
 def negative_log_likelihood(input: Value, labels: Value, weights: Value | None = None,
                             reduction: str = "mean", ignore_index: int | None = None) -> Value:
-    """ONNX NegativeLogLikelihoodLoss / PyTorch ``nll_loss`` on log probabilities (§18.2)."""
+    """PyTorch's ``nll_loss`` (ONNX NegativeLogLikelihoodLoss) on log probabilities (§18.2).
+
+    Classes are on axis 1: each element's loss is ``-input[n, labels[n, ...], ...]`` times the
+    label's weight; ``"mean"`` divides the sum by the sum of the counted weights. A label equal to
+    ``ignore_index``, negative or ``>= C`` counts nowhere (loss and weight 0).
+    """
     c = ArgCheck("negative_log_likelihood")
     x, lab, w, red, ign = _check(c, input, labels, weights, reduction, ignore_index, "input")
     picked = _Picked(x, lab, w, ign)
@@ -141,13 +146,19 @@ def softmax_cross_entropy_parts(scores: Value, labels: Value, weights: Value | N
 def softmax_cross_entropy(scores: Value, labels: Value, weights: Value | None = None,
                           reduction: str = "mean", ignore_index: int | None = None,
                           label_smoothing: float = 0.0) -> Value:
-    """ONNX SoftmaxCrossEntropyLoss / PyTorch ``cross_entropy`` with class indices (§18.3)."""
+    """PyTorch's ``cross_entropy`` with class indices (ONNX SoftmaxCrossEntropyLoss) (§18.3).
+
+    ``negative_log_likelihood`` of ``log_softmax(scores)`` over axis 1; with ``label_smoothing``
+    e, the loss mixes it (weight ``1 - e``) with the mean over the classes of ``-log_softmax``
+    (weight ``e``), as PyTorch does.
+    """
     return softmax_cross_entropy_parts(scores, labels, weights, reduction, ignore_index,
                                        label_smoothing)[0]
 
 
 def mean_squared_error(input: Value, target: Value, reduction: str = "mean") -> Value:
-    """PyTorch ``mse_loss`` (§18.4): ``(input - target)**2``, reduced."""
+    """PyTorch's ``mse_loss`` (§18.4): ``(input - target)**2``, reduced by ``"mean"``, ``"sum"``
+    or ``"none"``."""
     c = ArgCheck("mean_squared_error")
     x = c.floating("input", input, 0, 8)
     t = c.like("target", target, x, "input")

@@ -67,7 +67,10 @@ def _range_text(lo: float | None, hi: float | None, hi_open: bool) -> str:
 @register
 class AdamOptimizer(OpDef):
     """``adam_optimizer(input_parameters, input_first_moment, input_second_moment, gradient,
-    training_step, learning_rate, beta1, beta2, epsilon)``: DirectML's Adam update."""
+    training_step, learning_rate, beta1, beta2, epsilon)``: one Adam step as DirectML defines it:
+    ``M = beta1*M + (1-beta1)*g``, ``V = beta2*V + (1-beta2)*g*g``, then the parameters move by
+    ``learning_rate * sqrt(1-beta2**T) / (1-beta1**T) * M / (sqrt(V) + epsilon)`` (T the training
+    step); returns (parameters, first moment, second moment)."""
 
     name = "adam_optimizer"
     transcendental = True
@@ -114,5 +117,5 @@ class AdamOptimizer(OpDef):
             return [xo.astype(x.dtype), mo.astype(x.dtype), vo.astype(x.dtype)]
 
     def vjp(self, node: Any, grads: Sequence[Value | None]) -> list[Value | None]:
-        """An optimizer step is not differentiated: its inputs get no gradient (§9.7)."""
+        """An optimizer step is not differentiated: its inputs get no gradient."""
         return [None] * 5

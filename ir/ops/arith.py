@@ -85,6 +85,7 @@ class Add(_Binary):
     """``add(lhs, rhs)``: elementwise sum with broadcasting."""
 
     name = "add"
+    numerics = "exact"
     ufunc = np.add
 
     def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
@@ -100,6 +101,7 @@ class Sub(_Binary):
     """``sub(lhs, rhs)``: elementwise difference with broadcasting."""
 
     name = "sub"
+    numerics = "exact"
     ufunc = np.subtract
 
     def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
@@ -117,6 +119,7 @@ class Mul(_Binary):
     """``mul(lhs, rhs)``: elementwise product with broadcasting."""
 
     name = "mul"
+    numerics = "exact"
     ufunc = np.multiply
 
     def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
@@ -147,6 +150,7 @@ class Neg(_SameType):
     """``neg(input)``: elementwise negation (unsigned integers wrap)."""
 
     name = "neg"
+    numerics = "exact"
     dtypes = NUMERIC
 
     def reference(self, attrs: Mapping[str, Any], x: np.ndarray) -> list[np.ndarray]:
@@ -164,6 +168,7 @@ class Identity(_SameType):
     """``identity(input)``: a copy (used to output a value under a second name)."""
 
     name = "identity"
+    numerics = "exact"
     dtypes = ANY
 
     def reference(self, attrs: Mapping[str, Any], x: np.ndarray) -> list[np.ndarray]:
@@ -179,6 +184,7 @@ class Constant(OpDef):
     """``constant(value)``: a tensor literal of rank 0..8 with every dim >= 1."""
 
     name = "constant"
+    numerics = "exact"
     operands = ()
     attributes = (Attr("value", "array"),)
     traits = PURE
@@ -209,6 +215,7 @@ class ReduceSum(OpDef):
     """``reduce_sum(input, axes=None, keepdims=False)``: sum in canonical order, round once."""
 
     name = "reduce_sum"
+    numerics = "summing"
     operands = ("input",)
     attributes = (Attr("axes", "ints", DERIVED), Attr("keepdims", "bool", False))
     traits = PURE
@@ -268,6 +275,7 @@ class Expand(OpDef):
     """``expand(input, like)``: ``input`` broadcast to the shape of ``like`` (values unused)."""
 
     name = "expand"
+    numerics = "exact"
     operands = ("input", "like")
     traits = ELEMENTWISE
     shape_operands = ("like",)
@@ -299,6 +307,7 @@ class Reshape(OpDef):
     """``reshape(input, shape)``: same elements in row-major order, new shape."""
 
     name = "reshape"
+    numerics = "exact"
     operands = ("input",)
     attributes = (Attr("shape", "dims"),)
     traits = PURE
@@ -352,9 +361,12 @@ class Reshape(OpDef):
 
 @register
 class Cast(OpDef):
-    """``cast(input, dtype)``: NumPy ``astype`` (see the module docstring for its limits)."""
+    """``cast(input, dtype)``: each element converted to ``dtype`` as NumPy's ``astype`` does;
+    a float converted to an integer dtype must be in its range (NaN and out-of-range values give
+    an implementation-defined result, as in C and NumPy)."""
 
     name = "cast"
+    numerics = "exact"
     operands = ("input",)
     attributes = (Attr("dtype", "dtype"),)
     traits = ELEMENTWISE

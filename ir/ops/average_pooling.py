@@ -44,6 +44,7 @@ class AveragePooling(OpDef):
     window means, the divisor counting the taps inside (or inside the padded extent)."""
 
     name = "average_pooling"
+    numerics = "summing"
     operands = ("input",)
     attributes = WINDOW + (Attr("include_padding", "bool", False),
                            Attr("output_sizes", "ints", DERIVED))
@@ -81,6 +82,7 @@ class AveragePoolingGrad(OpDef):
     ``dY/count`` added to its taps' input positions, in increasing order of dY's index."""
 
     name = "average_pooling_grad"
+    numerics = "summing"
     operands = ("input_gradient",)
     attributes = (Attr("output_sizes", "dims"),) + WINDOW + (
         Attr("include_padding", "bool", False),)

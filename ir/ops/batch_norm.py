@@ -101,6 +101,7 @@ class BatchNormalization(OpDef):
     ``scale * ((input - mean) / sqrt(variance + epsilon)) + bias`` (§12.1)."""
 
     name = "batch_normalization"
+    numerics = "summing"
     operands = ("input", "mean", "variance", "scale", "bias")
     attributes = EPSILON
     traits = PURE
@@ -119,7 +120,8 @@ class BatchNormalization(OpDef):
         return [rounded(y, x.dtype)]
 
     def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
-        """§12.1: batch_normalization_grad; dmean = -sum(dX); dvar = -0.5 scale dscale/(v+e)."""
+        """dX, dscale, dbias = batch_normalization_grad(...); dmean = -sum(dX);
+        dvar = -0.5 scale dscale/(v+e)."""
         dy = grads[0]
         if dy is None:
             return [None] * 5
@@ -155,9 +157,11 @@ class _StatisticsGrad(OpDef):
 @register
 class BatchNormalizationGrad(_StatisticsGrad):
     """``batch_normalization_grad(input, input_gradient, mean, variance, scale,
-    epsilon=1e-5)``: (dX, dscale, dbias) of §12.1 with the statistics fixed (§12.2)."""
+    epsilon=1e-5)``: (dX, dscale, dbias) of ``batch_normalization`` with the statistics held
+    fixed (inference mode)."""
 
     name = "batch_normalization_grad"
+    numerics = "summing"
 
     def reference(self, attrs: Mapping[str, Any], x: np.ndarray, dy: np.ndarray,
                   mean: np.ndarray, var: np.ndarray, scale: np.ndarray) -> list[np.ndarray]:
@@ -182,6 +186,7 @@ class BatchNormalizationTraining(OpDef):
     the batch statistics; returns (output, mean, biased variance) (§12.3)."""
 
     name = "batch_normalization_training"
+    numerics = "summing"
     operands = ("input", "scale", "bias")
     attributes = EPSILON
     traits = PURE
@@ -206,7 +211,8 @@ class BatchNormalizationTraining(OpDef):
         return [rounded(y, x.dtype), rounded(mean, x.dtype), rounded(var, x.dtype)]
 
     def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
-        """§12.3: batch_normalization_training_grad, plus the statistics' own cotangents."""
+        """dX, dscale, dbias = batch_normalization_training_grad(...), plus the cotangents that
+        reach the batch mean and variance results."""
         dy, dm, dv = (list(grads) + [None, None])[:3]
         x, scale, _ = node.inputs
         _, mean, var = node.outputs
@@ -242,6 +248,7 @@ class BatchNormalizationTrainingGrad(_StatisticsGrad):
     epsilon=1e-5)``: (dX, dscale, dbias) with the statistics depending on input (§12.4)."""
 
     name = "batch_normalization_training_grad"
+    numerics = "summing"
 
     def reference(self, attrs: Mapping[str, Any], x: np.ndarray, dy: np.ndarray,
                   mean: np.ndarray, var: np.ndarray, scale: np.ndarray) -> list[np.ndarray]:

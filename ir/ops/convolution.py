@@ -35,7 +35,8 @@ from gradc.ir.types import Dim, TensorType
 CONV_DTYPES = F
 MODES = ("cross_correlation", "convolution")
 DIRECTIONS = ("forward", "backward")
-FIELDS = (Attr("mode", "choice", "cross_correlation"), Attr("direction", "choice", "forward"),
+FIELDS = (Attr("mode", "choice", "cross_correlation", MODES),
+          Attr("direction", "choice", "forward", DIRECTIONS),
           Attr("strides", "ints", PerAxis(1)), Attr("dilations", "ints", PerAxis(1)),
           Attr("start_padding", "ints", PerAxis(0)), Attr("end_padding", "ints", PerAxis(0)),
           Attr("output_padding", "ints", PerAxis(0)), Attr("group_count", "scalar", 1))
@@ -55,8 +56,7 @@ def conv_out_size(n: int, k: int, s: int, d: int, sp: int, ep: int, op: int,
 
 def _fields(c: Checker, nd: int) -> dict[str, Any]:
     """Items 4 and 5 of §10.1: mode, direction, the five arrays and group_count."""
-    p: dict[str, Any] = {"mode": c.choice("mode", MODES),
-                         "direction": c.choice("direction", DIRECTIONS)}
+    p: dict[str, Any] = {"mode": c.choice("mode"), "direction": c.choice("direction")}
     for name, lo in (("strides", 1), ("dilations", 1), ("start_padding", 0),
                      ("end_padding", 0), ("output_padding", 0)):
         p[name] = c.ints(name, nd, lo=lo)
@@ -121,6 +121,7 @@ class Convolution(OpDef):
     (forward) or its transpose (backward), grouped, with an optional bias (§10.1)."""
 
     name = "convolution"
+    numerics = "summing"
     operands = ("input", "filter", "bias")
     optional_operands = ("bias",)
     attributes = FIELDS
@@ -178,7 +179,8 @@ class Convolution(OpDef):
             return [acc.astype(x.dtype)]
 
     def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
-        """y = convolution(x, w, b, f)  =>  dx = §10.3's input gradient (the other direction),
+        """y = convolution(x, w, b, f)  =>  dx = convolution(dy, w, f) in the other direction
+        (output padding set so that dx has x's shape),
         dw = convolution_filter_grad(x, dy, w.shape, f), db = reduce_sum(dy, all but C)."""
         dy = grads[0]
         if dy is None:
@@ -307,6 +309,7 @@ class ConvolutionFilterGrad(OpDef):
     the gradient of ``convolution``'s filter (§10.2)."""
 
     name = "convolution_filter_grad"
+    numerics = "summing"
     operands = ("input", "input_gradient")
     attributes = (Attr("output_sizes", "ints"),) + FIELDS
     traits = PURE
@@ -353,7 +356,8 @@ class ConvolutionFilterGrad(OpDef):
 
     def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
         """dw = convolution_filter_grad(x, dy, f)  =>  d(dy) = convolution(x, G, f) and
-        dx = §10.3's input gradient of convolution(x, G, f) for the cotangent dy (§10.4)."""
+        dx = convolution(dy, G, f) in the other direction (the input gradient of
+        convolution(x, G, f)), where G is the filter gradient's cotangent."""
         gw = grads[0]
         if gw is None:
             return [None, None]

@@ -27,6 +27,7 @@ class Relu(OpDef):
     """``relu(input)``: x if x > 0 else +0 (NaN and -0 give +0)."""
 
     name = "relu"
+    numerics = "exact"
     operands = ("input",)
     traits = ELEMENTWISE
     dtypes = RELU_DTYPES
@@ -55,6 +56,7 @@ class ReluGrad(OpDef):
     """``relu_grad(input, input_gradient)``: dy where x > 0, else +0."""
 
     name = "relu_grad"
+    numerics = "exact"
     operands = ("input", "input_gradient")
     traits = ELEMENTWISE
     dtypes = RELU_DTYPES
@@ -94,6 +96,7 @@ class Clip(OpDef):
     """``clip(input, min, max)``: max(min, min(x, max)); NaN gives max (min if min > max)."""
 
     name = "clip"
+    numerics = "exact"
     operands = ("input",)
     attributes = CLIP_BOUNDS
     traits = ELEMENTWISE
@@ -131,6 +134,7 @@ class ClipGrad(OpDef):
     """``clip_grad(input, input_gradient, min, max)``: 0 where x <= min or x >= max, else dy."""
 
     name = "clip_grad"
+    numerics = "exact"
     operands = ("input", "input_gradient")
     attributes = CLIP_BOUNDS
     traits = ELEMENTWISE

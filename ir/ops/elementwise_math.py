@@ -90,6 +90,7 @@ class Div(OpDef):
     """``div(lhs, rhs)``: IEEE division with broadcasting (x/0 = +-inf, 0/0 = NaN); floats only."""
 
     name = "div"
+    numerics = "exact"
     operands = ("lhs", "rhs")
     traits = ELEMENTWISE
     dtypes = F
@@ -162,6 +163,7 @@ class Sqrt(_Unary):
     """``sqrt(input)``: correctly rounded square root (sqrt(-0) = -0, x < 0 gives NaN)."""
 
     name = "sqrt"
+    numerics = "exact"
 
     def value_range(self, attrs: Mapping[str, Any], dtype: DType) -> tuple[float, float]:
         return 0.0, math.inf
@@ -272,6 +274,7 @@ class LeakyRelu(_Unary):
     """``leaky_relu(input, alpha=0.01)``: x if x >= 0 else alpha * x (-0 stays -0)."""
 
     name = "leaky_relu"
+    numerics = "exact"
     attributes = (Attr("alpha", "scalar", 0.01),)
 
     def infer(self, c: Checker) -> list[TensorType]:

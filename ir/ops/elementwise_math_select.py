@@ -94,6 +94,7 @@ class Maximum(_Extremum):
     """``maximum(lhs, rhs)``: lhs where lhs >= rhs or rhs is NaN, else rhs (NaN-ignoring)."""
 
     name = "maximum"
+    numerics = "exact"
     order = "greater_equal"
 
     def reference(self, attrs: Mapping[str, Any], a: np.ndarray, b: np.ndarray) -> list[np.ndarray]:
@@ -106,6 +107,7 @@ class Minimum(_Extremum):
     """``minimum(lhs, rhs)``: lhs where lhs <= rhs or rhs is NaN, else rhs (NaN-ignoring)."""
 
     name = "minimum"
+    numerics = "exact"
     order = "less_equal"
 
     def reference(self, attrs: Mapping[str, Any], a: np.ndarray, b: np.ndarray) -> list[np.ndarray]:
@@ -135,6 +137,7 @@ class Greater(_Compare):
     """``greater(lhs, rhs)``: lhs > rhs as bool (false if either is NaN)."""
 
     name = "greater"
+    numerics = "exact"
 
     def reference(self, attrs: Mapping[str, Any], a: np.ndarray, b: np.ndarray) -> list[np.ndarray]:
         return [np.asarray(np.greater(a, b))]
@@ -145,6 +148,7 @@ class Less(_Compare):
     """``less(lhs, rhs)``: lhs < rhs as bool (false if either is NaN)."""
 
     name = "less"
+    numerics = "exact"
 
     def reference(self, attrs: Mapping[str, Any], a: np.ndarray, b: np.ndarray) -> list[np.ndarray]:
         return [np.asarray(np.less(a, b))]
@@ -155,6 +159,7 @@ class Equal(_Compare):
     """``equal(lhs, rhs)``: lhs == rhs as bool (-0 == +0; false if either is NaN)."""
 
     name = "equal"
+    numerics = "exact"
 
     def reference(self, attrs: Mapping[str, Any], a: np.ndarray, b: np.ndarray) -> list[np.ndarray]:
         return [np.asarray(np.equal(a, b))]
@@ -165,6 +170,7 @@ class GreaterEqual(_Compare):
     """``greater_equal(lhs, rhs)``: lhs >= rhs as bool (false if either is NaN)."""
 
     name = "greater_equal"
+    numerics = "exact"
 
     def reference(self, attrs: Mapping[str, Any], a: np.ndarray, b: np.ndarray) -> list[np.ndarray]:
         return [np.asarray(np.greater_equal(a, b))]
@@ -175,6 +181,7 @@ class LessEqual(_Compare):
     """``less_equal(lhs, rhs)``: lhs <= rhs as bool (false if either is NaN)."""
 
     name = "less_equal"
+    numerics = "exact"
 
     def reference(self, attrs: Mapping[str, Any], a: np.ndarray, b: np.ndarray) -> list[np.ndarray]:
         return [np.asarray(np.less_equal(a, b))]
@@ -187,6 +194,7 @@ class Where(OpDef):
     """``where(condition, a, b)``: a where condition, else b; all three broadcast (§16.4)."""
 
     name = "where"
+    numerics = "exact"
     operands = ("condition", "a", "b")
     traits = ELEMENTWISE
     dtypes = (DType.bool,)

@@ -32,6 +32,7 @@ class Gemm(OpDef):
     ``alpha * op(a) @ op(b) + beta * c`` over broadcast batch axes (§11.1)."""
 
     name = "gemm"
+    numerics = "summing"
     operands = ("a", "b", "c")
     optional_operands = ("c",)
     attributes = (Attr("trans_a", "bool", False), Attr("trans_b", "bool", False),
@@ -82,7 +83,8 @@ class Gemm(OpDef):
                                attrs["beta"])]
 
     def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
-        """§11.2: dA, dB as gemms of dY (then unbroadcast), dC = unbroadcast(dY * beta)."""
+        """dA, dB as gemms of dY and the other operand (then unbroadcast),
+        dC = unbroadcast(dY * beta)."""
         dy = grads[0]
         if dy is None:
             return [None] * len(node.inputs)

@@ -45,6 +45,7 @@ class Join(OpDef):
     """``join(inputs, axis)``: the inputs concatenated along ``axis`` (DirectML JOIN)."""
 
     name = "join"
+    numerics = "exact"
     operands = ("inputs",)
     variadic = True
     attributes = (Attr("axis", "scalar"),)
@@ -96,6 +97,7 @@ class Split(OpDef):
     """``split(input, axis, split_sizes)``: consecutive parts along ``axis`` (a tuple)."""
 
     name = "split"
+    numerics = "exact"
     operands = ("input",)
     attributes = (Attr("axis", "scalar"), Attr("split_sizes", "ints"))
     traits = PURE
@@ -150,6 +152,7 @@ class Transpose(OpDef):
     """``transpose(input, permutation)``: ``Y[o] = X[p]`` with ``p[permutation[i]] = o[i]``."""
 
     name = "transpose"
+    numerics = "exact"
     operands = ("input",)
     attributes = (Attr("permutation", "ints"),)
     traits = PURE
@@ -179,12 +182,16 @@ class Transpose(OpDef):
 
 @register
 class Pad(OpDef):
-    """``pad(input, start_padding, end_padding, padding_value=0, padding_mode="constant")``."""
+    """``pad(input, start_padding, end_padding, padding_value=0, padding_mode="constant")``:
+    ``input`` with ``start_padding[i]`` elements before and ``end_padding[i]`` after it on each
+    axis ``i``, all equal to ``padding_value`` (converted to the input's dtype)."""
 
     name = "pad"
+    numerics = "exact"
     operands = ("input",)
     attributes = (Attr("start_padding", "ints"), Attr("end_padding", "ints"),
-                  Attr("padding_value", "scalar", 0), Attr("padding_mode", "choice", "constant"))
+                  Attr("padding_value", "scalar", 0),
+                  Attr("padding_mode", "choice", "constant", ("constant",)))
     traits = PURE
     dtypes = PAD_DTYPES
     nan_from = ("input",)  # padding_value is never NaN (§9.3)
@@ -192,7 +199,7 @@ class Pad(OpDef):
     def infer(self, c: Checker) -> list[TensorType]:
         dtype = c.dtype_in("input", self.dtypes)
         rank = c.rank_in("input", 1, 8)
-        c.choice("padding_mode", ("constant",))
+        c.choice("padding_mode")
         for k in ("start_padding", "end_padding"):
             c.length(k, rank)
         sp = c.ints("start_padding", rank, lo=0)
@@ -234,6 +241,7 @@ class OneHot(OpDef):
     ``values[0]`` (DirectML ONE_HOT)."""
 
     name = "one_hot"
+    numerics = "exact"
     operands = ("indices", "values")
     attributes = (Attr("axis", "scalar"), Attr("output_sizes", "dims"))
     traits = PURE

@@ -44,6 +44,7 @@ class MaxPooling(OpDef):
     """``max_pooling(input, window_size, ...)``: window maxima (and their flat indices)."""
 
     name = "max_pooling"
+    numerics = "exact"
     operands = ("input",)
     attributes = WINDOW + (Attr("output_indices", "bool", False),
                            Attr("output_sizes", "ints", DERIVED))
@@ -85,6 +86,7 @@ class MaxPoolingGrad(OpDef):
     """``max_pooling_grad(input, input_gradient, window_size, ...)``: dy summed at each argmax."""
 
     name = "max_pooling_grad"
+    numerics = "summing"
     operands = ("input", "input_gradient")
     attributes = WINDOW
     traits = frozenset({"pure", "fusible"})

@@ -114,6 +114,7 @@ class ReduceMean(OpDef):
     """``reduce_mean(input, axes=None, keepdims=False)``: canonical sum divided once by n."""
 
     name = "reduce_mean"
+    numerics = "summing"
     operands = ("input",)
     attributes = REDUCE_ATTRS
     dtypes = F
@@ -171,6 +172,7 @@ class ReduceMax(_Extreme):
     """``reduce_max(input, axes=None, keepdims=False)``: the first maximum, NaN-ignoring."""
 
     name = "reduce_max"
+    numerics = "exact"
     grad_op = "reduce_max_grad"
 
     def reference(self, attrs: Mapping[str, Any], x: np.ndarray) -> list[np.ndarray]:
@@ -182,6 +184,7 @@ class ReduceMin(_Extreme):
     """``reduce_min(input, axes=None, keepdims=False)``: the first minimum, NaN-ignoring."""
 
     name = "reduce_min"
+    numerics = "exact"
     largest = False
     grad_op = "reduce_min_grad"
 
@@ -225,6 +228,7 @@ class ReduceMaxGrad(_ExtremeGrad):
     """``reduce_max_grad(input, input_gradient, axes, keepdims)``: dY at each first maximum."""
 
     name = "reduce_max_grad"
+    numerics = "exact"
 
     def reference(self, attrs: Mapping[str, Any], x: np.ndarray,
                   dy: np.ndarray) -> list[np.ndarray]:
@@ -236,6 +240,7 @@ class ReduceMinGrad(_ExtremeGrad):
     """``reduce_min_grad(input, input_gradient, axes, keepdims)``: dY at each first minimum."""
 
     name = "reduce_min_grad"
+    numerics = "exact"
 
     def reference(self, attrs: Mapping[str, Any], x: np.ndarray,
                   dy: np.ndarray) -> list[np.ndarray]:
@@ -247,6 +252,7 @@ class ElementCount(OpDef):
     """``element_count(input, axes=None, dtype="float32")``: the product of the sizes on axes."""
 
     name = "element_count"
+    numerics = "exact"
     operands = ("input",)
     attributes = (Attr("axes", "ints", DERIVED), Attr("dtype", "dtype", "float32"))
     shape_operands = ("input",)

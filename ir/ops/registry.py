@@ -25,6 +25,21 @@ TRAITS = frozenset({"pure", "elementwise", "fusible"})
 PURE = frozenset({"pure"})
 ELEMENTWISE = frozenset({"pure", "elementwise", "fusible"})
 
+# The numerics classes an op declares (``OpDef.numerics``), what each promises, and so what
+# ``gradc check`` holds each target to. docs/operators.md prints these sentences.
+NUMERICS = {
+    "exact": "each element is a selection, a copy or one correctly rounded operation (float16 "
+             "computed in float32 and rounded once): every target gives the reference's bits, "
+             "-0.0 and NaN payloads of copied values included.",
+    "summing": "each element is a sum of several terms, accumulated in float32 (float64 for "
+               "float64 data) in a fixed canonical order and rounded at each step: the numpy "
+               "and c targets keep that order and give the reference's bits; onnxruntime sums "
+               "in its own order and is held to a tolerance.",
+    "transcendental": "a transcendental function (exp, log, tanh, ...) is evaluated in float64 "
+                      "and rounded once: a target using another math library (the c target's "
+                      "libm) may differ by a few ulps, and `gradc check` allows that.",
+}
+
 
 class _Required:
     def __repr__(self) -> str:
@@ -51,14 +66,16 @@ class PerAxis:
 class Attr:
     """One attribute of an op: its name, kind (how ``Checker`` reads it) and default.
 
-    Kinds: ``ints``, ``dims`` (ints or symbol names), ``floats``, ``choice``, ``bool``,
-    ``scalar`` (a number converted to the operand's dtype), ``dtype`` and ``array`` (a tensor
-    literal). The default is ``REQUIRED``, ``DERIVED``, a ``PerAxis`` fill or a plain value.
+    Kinds: ``ints``, ``dims`` (ints or symbol names), ``floats``, ``choice`` (one of the names
+    in ``choices``), ``bool``, ``scalar`` (a number converted to the operand's dtype), ``dtype``
+    and ``array`` (a tensor literal). The default is ``REQUIRED``, ``DERIVED``, a ``PerAxis``
+    fill or a plain value.
     """
 
     name: str
     kind: str
     default: Any = REQUIRED
+    choices: tuple[str, ...] = ()  # the names a ``choice`` attribute accepts
 
     @property
     def required(self) -> bool:
@@ -86,9 +103,12 @@ class OpDef:
       signalling NaN, so that adding +0 gives it back bit for bit.
     - ``shape_operands``: operands of which only the shape matters (``expand``'s ``like``);
       a kernel never reads their elements.
-    - ``transcendental``: the result comes from a transcendental function (SPEC-training.md
-      §9.5): a target using another library than the reference's NumPy (the C target's libm)
-      may differ by a few ulps, so ``gradc check`` holds it to a tolerance there.
+    - ``numerics``: the op's numerics class, a key of ``NUMERICS`` (``exact``, ``summing``,
+      ``transcendental``). Every op declares one (``tests/test_docs.py`` checks it);
+      ``transcendental = True`` implies ``numerics = "transcendental"`` and the other way round.
+    - ``transcendental``: the result comes from a transcendental function: a target using
+      another library than the reference's NumPy (the C target's libm) may differ by a few
+      ulps, so ``gradc check`` holds it to a tolerance there.
     """
 
     name: ClassVar[str]
@@ -104,6 +124,7 @@ class OpDef:
     no_negative_zero: ClassVar[frozenset[DType]] = frozenset()
     shape_operands: ClassVar[tuple[str, ...]] = ()
     transcendental: ClassVar[bool] = False
+    numerics: ClassVar[str | None] = None  # a key of NUMERICS; None: not declared yet
     # Trailing operands that may be left out (``convolution``'s bias, ``gemm``'s c): the
     # builder takes None for them and the node then has fewer inputs.
     optional_operands: ClassVar[tuple[str, ...]] = ()
@@ -155,8 +176,23 @@ def register(cls: type[OpDef]) -> type[OpDef]:
     if cls.anchor_operand is not None and cls.anchor_operand not in cls.operands:
         raise RuntimeError(f"operator {cls.name}: anchor_operand {cls.anchor_operand!r} is not "
                            "an operand")
+    _settle_numerics(cls)
     REGISTRY[cls.name] = cls()
     return cls
+
+
+def _settle_numerics(cls: type[OpDef]) -> None:
+    """Make ``numerics`` and ``transcendental`` agree (either one implies the other)."""
+    if cls.transcendental and "numerics" not in vars(cls):  # over a base class's class
+        cls.numerics = "transcendental"
+    if cls.numerics is not None and cls.numerics not in NUMERICS:
+        raise RuntimeError(f"operator {cls.name}: numerics {cls.numerics!r} is not one of "
+                           f"{sorted(NUMERICS)}")
+    if cls.transcendental != (cls.numerics == "transcendental"):
+        if cls.transcendental:
+            raise RuntimeError(f"operator {cls.name}: transcendental, but numerics "
+                               f"{cls.numerics!r}")
+        cls.transcendental = True
 
 
 def get_op(name: str) -> OpDef:
@@ -338,8 +374,13 @@ class Checker:
         self.attrs[name] = tuple(out)
         return tuple(out)
 
-    def choice(self, name: str, options: Sequence[str], default: Any = _MISSING) -> str:
-        """One of the given lowercase names."""
+    def choice(self, name: str, options: Sequence[str] | None = None,
+               default: Any = _MISSING) -> str:
+        """One of the given lowercase names (by default the schema's ``choices``)."""
+        if options is None:
+            if self.schema is None or not self.schema[name].choices:
+                raise GradcError(f"internal error: {self.op}: {name} declares no choices")
+            options = self.schema[name].choices
         v = self._get(name, default)
         if not isinstance(v, str) or v not in options:
             self.fail(name, " or ".join(f'"{o}"' for o in options), show_value(v, repr))

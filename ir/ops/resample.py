@@ -12,8 +12,9 @@ from gradc.ir.ops.common import RESAMPLE_DTYPES, RESAMPLE_GRAD_DTYPES, acc_dtype
 from gradc.ir.ops.registry import DERIVED, PURE, Attr, Checker, OpDef, PerAxis, make_node, register
 from gradc.ir.types import MAX_BYTES, MAX_DIM, Dim, DType, TensorType, byte_size, fmt_bytes
 
-MAPPING = (Attr("scales", "floats"), Attr("interpolation_mode", "choice", "nearest"),
-           Attr("rounding_direction", "choice", "decreasing"),
+MAPPING = (Attr("scales", "floats"),
+           Attr("interpolation_mode", "choice", "nearest", ("nearest", "linear")),
+           Attr("rounding_direction", "choice", "decreasing", ("decreasing", "increasing")),
            Attr("input_pixel_offsets", "floats", PerAxis(0.5)),
            Attr("output_pixel_offsets", "floats", PerAxis(-0.5)))
 FIELDS = tuple(a.name for a in MAPPING)
@@ -22,8 +23,8 @@ Tap = tuple[np.ndarray, np.ndarray]  # (index per coordinate, float32 weight per
 
 def _fields(c: Checker, rank: int) -> tuple[float, ...]:
     scales = c.floats("scales", rank, positive=True)
-    c.choice("interpolation_mode", ("nearest", "linear"))
-    c.choice("rounding_direction", ("decreasing", "increasing"))
+    c.choice("interpolation_mode")
+    c.choice("rounding_direction")
     c.floats("input_pixel_offsets", rank)
     c.floats("output_pixel_offsets", rank)
     return scales
@@ -130,6 +131,7 @@ class Resample(OpDef):
     """``resample(input, scales, ...)``: nearest or multilinear resampling over up to 4 axes."""
 
     name = "resample"
+    numerics = "summing"
     operands = ("input",)
     attributes = MAPPING + (Attr("output_sizes", "dims", DERIVED),)
     traits = PURE
@@ -203,6 +205,7 @@ class ResampleGrad(OpDef):
     """``resample_grad(dy, output_sizes, scales, ...)``: the transpose of ``resample``."""
 
     name = "resample_grad"
+    numerics = "summing"
     operands = ("input_gradient",)
     attributes = (Attr("output_sizes", "dims"),) + MAPPING
     traits = frozenset({"pure", "fusible"})

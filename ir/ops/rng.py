@@ -59,8 +59,10 @@ class RandomGenerator(OpDef):
     """``random_generator(input_state, output_sizes, type)``: Philox 4x32-10 bits, next state."""
 
     name = "random_generator"
+    numerics = "exact"
     operands = ("input_state",)
-    attributes = (Attr("output_sizes", "dims"), Attr("type", "choice", "philox_4x32_10"))
+    attributes = (Attr("output_sizes", "dims"),
+                  Attr("type", "choice", "philox_4x32_10", PHILOX_TYPES))
     traits = PURE
     dtypes = (DType.uint32,)
     nan_from = ()
@@ -76,7 +78,7 @@ class RandomGenerator(OpDef):
         for i, d in enumerate(sizes):
             if not isinstance(d, str) and d < 1:
                 c.fail(f"output_sizes[{i}]", "an integer >= 1 or a symbol name", d)
-        c.choice("type", PHILOX_TYPES)
+        c.choice("type")
         out: tuple[Dim, ...] = tuple(sizes)
         return [TensorType(DType.uint32, out), TensorType(DType.uint32, (STATE_WORDS,))]
 

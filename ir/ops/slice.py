@@ -87,9 +87,13 @@ def max_count(size: Dim, stride: int) -> Dim:
 
 @register
 class Slice(OpDef):
-    """``slice(input, offsets, sizes, strides, output_sizes=None)``: a strided window."""
+    """``slice(input, offsets, sizes, strides, output_sizes=None)``: a strided window: per axis,
+    the window of ``input_window_sizes`` elements from ``input_window_offsets``, every
+    ``input_window_strides``-th of them (a negative stride reads from the window's end; 0
+    repeats the first element)."""
 
     name = "slice"
+    numerics = "exact"
     operands = ("input",)
     attributes = WINDOW_ATTRS + (Attr("output_sizes", "dims", DERIVED),)
     traits = frozenset({"pure", "fusible"})
@@ -139,12 +143,11 @@ class Slice(OpDef):
 
 @register
 class SliceGrad(OpDef):
-    """``slice_grad(dy, output_sizes, offsets, sizes, strides)``.
-
-    Scatters dy back into the window, zeros elsewhere.
-    """
+    """``slice_grad(dy, output_sizes, offsets, sizes, strides)``: the transpose of ``slice``:
+    a tensor of ``output_sizes`` holding dy at the window's positions and +0 elsewhere."""
 
     name = "slice_grad"
+    numerics = "exact"
     operands = ("input_gradient",)
     attributes = (Attr("output_sizes", "dims"),) + WINDOW_ATTRS
     traits = frozenset({"pure", "fusible"})
