@@ -403,7 +403,7 @@ def tune_malloc() -> str:
 SEMANTICS = """\
 - Same function everywhere (NaN inputs aside; the random arrays hold none): relu_grad =
   `threshold_backward(dy, x, 0)`; clip_grad(min 0, max 6) = `hardtanh_backward(dy, x, 0, 6)`
-  (both bounds give 0, as in SPEC.md); the chain is relu_grad(a, clip_grad(b, relu_grad(c,
+  (both bounds give 0, as in gradc); the chain is relu_grad(a, clip_grad(b, relu_grad(c,
   dy), 0, 6)); slice_grad is offsets 0, strides (1,1,2,2), dy [32,64,28,28] -> dx
   [32,64,56,56] (torch: `new_zeros` + strided copy).
 - max_pooling_grad recomputes the argmax from x: torch runs `max_pool2d(return_indices=True)`

@@ -99,8 +99,7 @@ C, EAGER, COMPILED = "c", "torch", "compile"
 PEERS = (C, EAGER, COMPILED)
 LABEL = {C: "gradc C", EAGER: "PyTorch eager", COMPILED: "torch.compile"}
 TOP = 10   # kernels per model in the profile table
-ORT_NOTE = ("onnxruntime-training: not installed (it needs its own runtime; see "
-            "shared/research/real-models.md for its measured numbers)")
+ORT_NOTE = "onnxruntime-training: not installed (it needs its own runtime)"
 
 
 # ---------------------------------------------------------------- FLOPs and peak
@@ -157,7 +156,7 @@ def ort_training() -> str:
     if r.returncode:
         return ORT_NOTE
     return (f"onnxruntime-training: importable (onnxruntime {r.stdout.strip()}) but not timed "
-            "by this benchmark; see shared/research/real-models.md for its measured numbers")
+            "by this benchmark")
 
 
 # ---------------------------------------------------------------- resident memory

@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     if exact is not None:
         note = ("" if not args.float64 or exact else
                 " (not promised in float64: C's libm exp and log may differ from NumPy's by "
-                "ulps, SPEC-training.md \"Transcendental ops\")")
+                "ulps, the transcendental numerics class of docs/operators.md)")
         lines.append(f"c, numpy and reference bit for bit (losses and final state): "
                      f"{'yes' if exact else 'no'}{note}")
     lines.append(f"loss: first {want[0]:.4f}, last {want[-1]:.4f} (PyTorch)")

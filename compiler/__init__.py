@@ -1,4 +1,4 @@
-"""gradc: a compiler for neural-network training graphs (see README.md and API.md).
+"""gradc: a compiler for neural-network training graphs (see README.md and docs/).
 
 The public names below load on first use (PEP 562), so that ``import gradc.ir`` loads the IR
 alone: importing any ``gradc.*`` module runs this file first, and an eager import of the API here

@@ -90,7 +90,7 @@ __all__ = ["compile", "artifact", "grad", "from_onnx", "to_onnx", "GradcError"]
 
 
 def grad(graph: Graph, wrt: str | Sequence[str] | None = None) -> Graph:
-    """The vector-Jacobian-product (training) graph of a forward graph (API.md).
+    """The vector-Jacobian-product (training) graph of a forward graph.
 
     ``wrt``: "inputs" (the default), "parameters", "all" or a list of input/parameter names.
     """

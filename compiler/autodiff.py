@@ -1,6 +1,6 @@
 """Reverse-mode differentiation: a forward graph in, its vector-Jacobian-product graph out.
 
-The result (API.md, "Differentiating") has the forward inputs followed by one cotangent input
+The result has the forward inputs followed by one cotangent input
 ``grad_<output>`` per floating-point forward output (except state updates named
 ``<parameter>.next``, ``gradc.ir.state``), the forward parameters, and the forward
 outputs followed by ``grad_<name>`` for each input or parameter in ``wrt``. It is built from
@@ -25,7 +25,7 @@ WRT_KEYWORDS = ("inputs", "parameters", "all")
 
 
 def _wrt(graph: Graph, wrt: str | Sequence[str] | None) -> list[Value]:
-    """The values to differentiate with respect to, in the order of API.md's rules."""
+    """The values to differentiate with respect to, for ``wrt`` as ``gradc.grad`` takes it."""
     floats = [v for v in graph.inputs if v.type.dtype.is_float]
     params: list[Value] = [p for p in graph.parameters if p.type.dtype.is_float]
     if wrt is None or wrt == "inputs":

@@ -1,4 +1,4 @@
-"""``gradc train-step`` and ``gradc train``: training steps from the command line (API.md).
+"""``gradc train-step`` and ``gradc train``: training steps from the command line.
 
 ``train-step`` writes ``gradc.training_step`` of a model as standard ONNX (or text IR): a graph
 that stock onnxruntime runs once per batch, its state inputs holding the initial values as
@@ -396,7 +396,7 @@ def add_parsers(sub: Any, seed: Any, load_graph: Any, write_graph: Any) -> None:
                    help="a label value that marks examples (or pixels) the loss leaves out, "
                         "as PyTorch's ignore_index (e.g. -100); other labels outside the class "
                         "range are refused. gradc's cross_entropy counts any label outside "
-                        "[0, classes) nowhere (SPEC-training §18), so the step needs no flag")
+                        "[0, classes) nowhere, so the step needs no flag")
     p.set_defaults(fn=lambda a: cmd_train(a, load_graph))
 
 

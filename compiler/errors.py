@@ -1,4 +1,4 @@
-"""The one error hierarchy of gradc (API.md, "Errors")."""
+"""The one error hierarchy of gradc: every refusal is a ``GradcError``."""
 
 from __future__ import annotations
 

@@ -67,7 +67,7 @@ def build_example_model() -> Any:
 
 
 def pool_step() -> Graph:
-    """The max-pooling gradient of API.md's example."""
+    """The max-pooling gradient of the README's Python example."""
     g = Graph("pool_step")
     x = g.input("x", "float32", ("N", 64, 56, 56))
     dy = g.input("dy", "float32", ("N", 64, 28, 28))

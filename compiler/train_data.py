@@ -1,6 +1,6 @@
 """Training data for ``gradc train``: load an ``.npz`` file, check it fits the model, batch it.
 
-API.md ("Command line"): ``data.npz`` holds one array per forward input and one for
+``data.npz`` holds one array per forward input and one for
 ``labels``/``target``, examples on the first axis; data that does not fit the model is refused
 before training starts. ``load_dataset`` does every check up front and raises ``InputError``
 naming the file and the array, so that a bad file never costs a compile or a step::

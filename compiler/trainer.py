@@ -39,7 +39,7 @@ def _owned(a: np.ndarray) -> np.ndarray:
 
 
 class Trainer:
-    """Compiles a training step once and keeps its state between calls (API.md)."""
+    """Compiles a training step once and keeps its state between calls (docs/training.md)."""
 
     def __init__(self, graph: Graph, optimizer: Any, loss: str | None = None,
                  parameters: str | Sequence[str] = "all", frozen: Sequence[str] = (),

@@ -1,6 +1,6 @@
 """``gradc.training_step``: a forward graph, a loss and an optimizer as one state-transition graph.
 
-The step graph (API.md, "Training steps") is built in four moves:
+The step graph (docs/training.md) is built in four moves:
 
 1. **Loss graph.** The forward graph's nodes, its first output (the loss) or a loss composite
    applied to it (``"cross_entropy"``: ``softmax_cross_entropy`` with a new int64 input
@@ -192,7 +192,7 @@ def _new_input(graph: Graph, name: str) -> str:
 def training_step(graph: Graph, optimizer: Any, loss: str | None = None,
                   parameters: str | Sequence[str] = "all", frozen: Sequence[str] = (),
                   seed: int = 0) -> Graph:
-    """The training step of a forward graph as one graph (the module docstring, API.md)."""
+    """The training step of a forward graph as one graph (docs/training.md)."""
     if not isinstance(graph, Graph):
         raise VerifyError(f"training_step: graph: expected a gradc.Graph, got "
                           f"{type(graph).__name__}")
@@ -225,8 +225,8 @@ def _rng(graph: Graph) -> tuple[Value, Value] | None:
     t = ins[0].type
     if t.dtype != DType.uint32 or tuple(t.shape) != (6,) or not outs or outs[0].type != t:
         raise VerifyError(f"training_step: input {RNG_INPUT!r}: expected uint32 (6,) with an "
-                          f"output {RNG_OUTPUT!r} of the same type (the dropout state, "
-                          f"SPEC-training.md §21), got {t}")
+                          f"output {RNG_OUTPUT!r} of the same type (the dropout state that "
+                          f"gradc.from_onnx adds), got {t}")
     if graph.uses_name(RNG_STATE) and RNG_STATE != RNG_INPUT:
         raise VerifyError(f"training_step: {RNG_STATE!r} is taken in {graph.name!r}")
     return ins[0], outs[0]

@@ -84,7 +84,7 @@ def _difference(a: Graph, b: Graph) -> str:
 
 def roundtrip(g: Graph, what: str) -> Graph:
     """Check that ``parse(str(g), parameters=...)`` equals ``g`` and prints the same; returns the
-    parsed graph. The text holds no parameter values: they are passed as API.md says."""
+    parsed graph. The text holds no parameter values: they are passed separately."""
     text = str(g)
     values = {p.name: p.value for p in g.parameters}
     try:

@@ -1,4 +1,4 @@
-"""The state-update convention of forward graphs (API.md, "Training steps").
+"""The state-update convention of forward graphs (docs/training.md).
 
 A forward graph output named ``<p>.next``, where ``p`` is a parameter of the graph of the same
 type, is the value ``p`` takes after a training step: a state update computed by the forward

@@ -5,7 +5,7 @@
 - Opsets 14, 15 with ``training_mode=1``: ``batch_normalization_training(X, scale, B,
   epsilon)``; the outputs ``running_mean`` and ``running_var`` are §12.5's composition with
   ``f = 1`` (ONNX's biased batch variance) and ONNX's ``momentum`` (default 0.9).
-  **Choice** (gradc's state-update convention, API.md "Training steps"): when the running
+  **Choice** (gradc's state-update convention, docs/training.md): when the running
   statistics are parameters (initializers), their updated values also become graph outputs
   named ``<parameter>.next`` (``finish_running_statistics``), whether or not the ONNX node names
   its outputs 1-2: PyTorch's training-mode export names them but leaves them dangling, and a

@@ -16,7 +16,7 @@ The importer works in three steps:
 Decisions:
 - Value and graph names are the ONNX names (graph name ``model.graph.name`` or ``main``).
   Values gradc needs beyond ONNX's get ``<output>:<k>`` names that no ONNX value uses.
-- Parameters (API.md): every floating-point initializer, and every initializer also listed as a
+- Parameters: every floating-point initializer, and every initializer also listed as a
   graph input, becomes a parameter of the same name where a node reads it as data (in the order
   of first use). One read only where an op needs a constant (shapes, axes, pads, scales, Clip
   bounds, ...) is folded into that op's attributes, as is any other constant; integer
