@@ -118,8 +118,8 @@ def _op_entry(d: OpDef) -> list[str]:
     lines = [f"### {d.name}", "", f"`{signature(d.name, BUILDERS[d.name])}`", "",
              f"**Computes**: {summary(d)}", ""]
     dtypes = ", ".join(t.value for t in d.dtypes) or "any"
-    first = d.operands[0] if d.operands else "value"
-    facts = [f"**dtypes** of `{first}`: {dtypes}", f"**numerics**: {_numerics(d)}",
+    of = f" of `{d.operands[0]}`" if d.operands else ""
+    facts = [f"**dtypes**{of}: {dtypes}", f"**numerics**: {_numerics(d)}",
              f"**gradient**: {gradient(d)}"]
     facts += [f"**{k}**: {v}" for k, v in _roles(d)]
     facts.append("**targets**: " + ", ".join(

@@ -56,7 +56,9 @@ def philox_generate(state: np.ndarray, out_sizes: Sequence[int]) -> list[np.ndar
 
 @register
 class RandomGenerator(OpDef):
-    """``random_generator(input_state, output_sizes, type)``: Philox 4x32-10 bits, next state."""
+    """``random_generator(input_state, output_sizes, type)``: uint32 random bits shaped
+    ``output_sizes`` from the Philox 4x32-10 counter-based generator keyed by ``input_state``,
+    and the next state (its counter advanced past the blocks used)."""
 
     name = "random_generator"
     numerics = "exact"
