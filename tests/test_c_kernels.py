@@ -78,6 +78,30 @@ def test_elementwise_streams_into_unaligned_outputs_too(cache):
     np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
 
 
+@pytest.mark.parametrize("offset", [0, 16, 32, 48])
+def test_streamed_outputs_at_every_16_byte_offset_of_a_line(cache, offset):
+    """gc_stream writes a block that starts a cache line with whole-line stores (64 or 32 bytes
+    per store with AVX-512 or AVX) and any other block in 16-byte pieces: every byte lands, for
+    outputs 0, 16, 32 or 48 bytes past a line boundary, and nothing is written outside."""
+    import ctypes
+    big = STREAM_MIN // 12 + 37
+    g = gradc.Graph("relu_grad_big")
+    x, dy = g.input("x", "float32", (big,)), g.input("dy", "float32", (big,))
+    g.output(ops.relu_grad(x, dy), "dx")
+    ex = c_compile(g, cache)
+    rng = np.random.default_rng(offset)
+    xv, dyv = data(rng, "float32", (big,)), data(rng, "float32", (big,))
+    want = ex(x=xv, dy=dyv)["dx"]
+    raw = np.full(big + 64, 7, np.float32)
+    start = (-raw.ctypes.data % 64 + offset) // 4
+    out = raw[start:start + big]
+    assert out.ctypes.data % 64 == offset
+    ptrs = (ctypes.c_void_p * 3)(xv.ctypes.data, dyv.ctypes.data, out.ctypes.data)
+    assert ex._runner.lib.gradc_entry(np.zeros(1, np.int64).ctypes.data, ptrs, 2) == 0
+    np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
+    assert (raw[:start] == 7).all() and (raw[start + big:] == 7).all()
+
+
 def _pool_graph(spatial: tuple, epilogue: bool, prologue: bool) -> gradc.Graph:
     h, w = spatial
     g = gradc.Graph("pool2x2")

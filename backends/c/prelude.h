@@ -44,7 +44,15 @@ static inline void *gc_alloc(size_t n) { return aligned_alloc(64, (n + 127) & ~(
  * computes a block of GC_BLK elements into a local array and copies it out with stores that
  * skip the read-for-ownership of every written cache line (a third less traffic for
  * y = f(a, b)). Below GC_STREAM_MIN bytes moved (read + written) the output is left in cache
- * for the next kernel. x86-64 only (SSE2, 16-byte aligned destinations). */
+ * for the next kernel. x86-64 only (SSE2, 16-byte aligned destinations).
+ *
+ * A block that starts a cache line is copied with the widest streaming store the target has
+ * (AVX-512: one 64-byte store per line; AVX: two of 32 bytes), straight from registers. The
+ * copy used to be 16-byte stores only: sixteen per 256-byte block, four times the store
+ * instructions of the vector code that computes the block, and a thread issuing them was
+ * slower than one writing with plain vector stores (relu_grad [32,64,56,56] on the project's
+ * AMD EPYC, one thread: 2.7-2.8 ms against 2.0-2.2 with plain stores and 1.7-1.9 with whole-line
+ * streaming stores), so the streamed kernels had lost their lead over PyTorch's plain stores. */
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #define GC_SSE2 1
@@ -53,14 +61,40 @@ static inline void *gc_alloc(size_t n) { return aligned_alloc(64, (n + 127) & ~(
 #define GC_SSE2 0
 #define GC_STREAM 0
 #endif
+#if GC_STREAM && (defined(__AVX512F__) || defined(__AVX__))
+#include <immintrin.h>
+#endif
 #define GC_STREAM_MIN ((int64_t)16 << 20)  /* bytes moved by one kernel */
 #define GC_BLK 64                         /* elements per streamed block */
 GC_INLINE int gc_al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+#if GC_STREAM && defined(__AVX512F__)
+#define GC_WIDE 64
+#define GC_STREAM_WIDE(d, s) \
+  _mm512_stream_si512((__m512i *)(d), _mm512_loadu_si512((const void *)(s)))
+#elif GC_STREAM && defined(__AVX__)
+#define GC_WIDE 32
+#define GC_STREAM_WIDE(d, s) \
+  _mm256_stream_si256((__m256i *)(d), _mm256_loadu_si256((const __m256i *)(s)))
+#else
+#define GC_WIDE 16
+#define GC_STREAM_WIDE(d, s) \
+  _mm_stream_si128((__m128i *)(d), _mm_loadu_si128((const __m128i *)(s)))
+#endif
 GC_INLINE void gc_stream(void *restrict dst, const void *restrict src, size_t bytes) {
 #if GC_STREAM
-  for (size_t k = 0; k < bytes; k += 16)  /* bytes is a multiple of 16 */
-    _mm_stream_si128((__m128i *)((char *)dst + k),
-                     _mm_load_si128((const __m128i *)((const char *)src + k)));
+  /* bytes is a multiple of 16 and dst 16-byte aligned. Both loops have a trip count the
+   * compiler knows (bytes is a constant at every call), so the staged block stays in
+   * registers: a block copied through the stack costs as many stores again, and ran
+   * relu_grad a third slower. */
+  char *d = (char *)dst;
+  const char *s = (const char *)src;
+  if (((uintptr_t)d & (GC_WIDE - 1)) == 0 && (bytes & (GC_WIDE - 1)) == 0) {
+    for (size_t k = 0; k < bytes; k += GC_WIDE)  /* whole lines (or halves): the usual case */
+      GC_STREAM_WIDE(d + k, s + k);
+  } else {
+    for (size_t k = 0; k < bytes; k += 16)
+      _mm_stream_si128((__m128i *)(d + k), _mm_loadu_si128((const __m128i *)(s + k)));
+  }
 #else
   memcpy(dst, src, bytes);
 #endif
