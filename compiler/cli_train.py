@@ -256,8 +256,8 @@ def _train(args: argparse.Namespace, load_graph: Any, done: dict[str, Any]) -> i
     if args.resume:
         trainer.load(args.resume)
         epoch, skip = divmod(trainer.steps, per_epoch)
-        print(f"resumed from {args.resume}: {trainer.steps} steps done; continuing with step "
-              f"{trainer.steps + 1}, in epoch {epoch + 1} after {skip} of its {per_epoch} steps")
+        print(f"resumed from {args.resume}: {trainer.steps} steps done; continuing at step "
+              f"{trainer.steps + 1} (epoch {epoch + 1}, batch {skip + 1} of {per_epoch})")
     first_step = trainer.steps + 1
     losses: list[float] = []
     start_epoch, skip = divmod(trainer.steps, per_epoch)
@@ -287,7 +287,8 @@ def _train(args: argparse.Namespace, load_graph: Any, done: dict[str, Any]) -> i
         write_loss_curve(curve, {"loss": losses}, first_x=first_step,
                          title=f"gradc train {os.path.basename(args.file)}{resumed}")
         done["wrote"].append(curve)
-        wrote(curve, f"the loss of steps {first_step} to {first_step + len(losses) - 1}")
+        wrote(curve, f"the loss of steps {first_step} to {first_step + len(losses) - 1}"
+              if losses else "no step ran (the checkpoint had done every epoch)")
     if args.checkpoint:
         wrote(args.checkpoint, "parameters, optimizer state and step (--resume)")
     return 0
