@@ -285,17 +285,9 @@ def _common(p: argparse.ArgumentParser, passes: bool = False) -> None:
                        help="comma-separated pass names, 'default' or 'none'")
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with one error line (``gradc train: error: argument --batch-size: ...``) and
-    exit status 2, as every other bad input; ``--help`` gives the usage."""
-
-    def error(self, message: str) -> Any:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
-    ap = _Parser(prog="gradc", description="A compiler for training graphs.")
+    ap = argparse.ArgumentParser(prog="gradc", description="A compiler for training graphs.")
     ap.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -372,8 +364,8 @@ def _naming_file(args: argparse.Namespace, msg: str) -> str:
     """The message with the input file in front, unless it already names it."""
     path = getattr(args, "file", None)
     named = [getattr(args, dest, None) for dest, _ in INPUT_FILES + OUTPUT_FILES]
-    if not path or msg.startswith("-") or any(n and msg.startswith(n) for n in named):
-        return msg  # already names a file or a flag
+    if not path or any(n and msg.startswith(n) for n in named):
+        return msg  # already names the file (or a data or output file of the command)
     return f"{path}: {msg}"
 
 

@@ -25,6 +25,7 @@ batch before the step, so that the command line and the Python API refuse the sa
 
 from __future__ import annotations
 
+import math
 import os
 import zipfile
 from dataclasses import dataclass
@@ -330,9 +331,10 @@ def _check_symbols(path: str, specs: Sequence[ArraySpec],
 
 
 def _check_finite(path: str, name: str, a: np.ndarray) -> None:
-    if a.size == 0 or (np.isfinite(a.min()) and np.isfinite(a.max())):
-        return  # two reductions (a NaN propagates through min and max), no boolean copy
-    bad = np.flatnonzero(~np.isfinite(a))
+    with np.errstate(over="ignore", invalid="ignore"):
+        if math.isfinite(np.add.reduce(a, axis=None)):
+            return  # one pass, no copy: a NaN or an infinity anywhere makes the sum one
+    bad = np.flatnonzero(~np.isfinite(a))  # (or finite values whose sum overflows: none bad)
     if bad.size:
         index = tuple(int(i) for i in np.unravel_index(int(bad[0]), a.shape))
         raise InputError(f"{path}: array {name!r}: {bad.size} value(s) are NaN or infinite, "
@@ -342,7 +344,7 @@ def _check_finite(path: str, name: str, a: np.ndarray) -> None:
 
 def _check_labels(path: str, name: str, a: np.ndarray, classes: int,
                   ignore_index: int | None) -> None:
-    if a.size == 0 or (a.min() >= 0 and a.max() < classes):
+    if a.size == 0 or (int(a.min()) >= 0 and int(a.max()) < classes):
         return
     ok = (a >= 0) & (a < classes)
     if ignore_index is not None:
