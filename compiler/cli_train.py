@@ -238,7 +238,11 @@ def _train(args: argparse.Namespace, load_graph: Any, done: dict[str, Any]) -> i
     data = _load(args.data, spec, batch, static)
     val = _load(args.val_data, spec, batch, static) if args.val_data else None
     batches = data.batches(batch, shuffle=True, seed=args.seed, drop_last=static)
-    for note in data.notes + (val.notes if val else ()):
+    notes = list(data.notes + (val.notes if val else ()))
+    if val is not None and static and val.size % batch:
+        notes.append(f"{args.val_data}: the last {val.size % batch} examples are not measured "
+                     f"(the model's fixed batch is {batch})")
+    for note in notes:
         print(f"note: {note}", file=sys.stderr)
     compile_options: dict[str, Any] = {}
     if args.threads is not None and args.target in ("c", "onnx"):
@@ -255,12 +259,13 @@ def _train(args: argparse.Namespace, load_graph: Any, done: dict[str, Any]) -> i
           f"{time.perf_counter() - t0:.1f} s)")
     if args.resume:
         trainer.load(args.resume)
-        epoch, skip = divmod(trainer.steps, per_epoch)
-        print(f"resumed from {args.resume}: {trainer.steps} steps done; continuing at step "
-              f"{trainer.steps + 1} (epoch {epoch + 1}, batch {skip + 1} of {per_epoch})")
-    first_step = trainer.steps + 1
-    losses: list[float] = []
     start_epoch, skip = divmod(trainer.steps, per_epoch)
+    if args.resume:
+        print(f"resumed from {args.resume}: {trainer.steps} steps done; continuing at step "
+              f"{trainer.steps + 1} (epoch {start_epoch + 1}, batch {skip + 1} of "
+              f"{per_epoch})")
+    first_step = trainer.steps + 1  # the loss curve numbers the steps of this run from here
+    losses: list[float] = []
     done["steps"] = trainer.steps
     for epoch in range(start_epoch, args.epochs):
         t_epoch = time.perf_counter()

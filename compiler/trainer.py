@@ -53,7 +53,7 @@ class Trainer:
         self.step_graph = training_step(graph, optimizer, loss, parameters, frozen, seed,
                                         class_axis, ignore_index, max_grad_norm)
         # What a batch must hold: checked before every step as `gradc train` checks its file.
-        self.data = data_spec(graph, self.step_graph, class_axis, ignore_index)
+        self.batch_spec = data_spec(graph, self.step_graph, class_axis, ignore_index)
         self.target = target
         if target == "c":
             options.setdefault("update_in_place", {p.name + SUFFIX: p.name
@@ -102,7 +102,7 @@ class Trainer:
         # C-contiguous arrays, so such a batch is copied once (contiguous ones are not).
         batch = {k: np.ascontiguousarray(v) if isinstance(v, np.ndarray) else v
                  for k, v in batch.items()}
-        check_batch("Trainer.step", batch, self.data)  # before the step: state untouched
+        check_batch("Trainer.step", batch, self.batch_spec)  # before the step: state untouched
         t = self._steps + 1
         out = self.executable(**batch, step=np.array([t], np.int64), **self._state)
         in_place = allocated = 0

@@ -132,11 +132,11 @@ def test_the_command_line_and_the_api_share_the_check(tmp_path):
     np.savez(tmp_path / "d.npz", **b)
     from gradc.train_data import load_data
     with pytest.raises(gradc.InputError) as cli:
-        load_data(tmp_path / "d.npz", tr.data)
+        load_data(tmp_path / "d.npz", tr.batch_spec)
     tail = "array 'labels': 1 label(s) outside the class range [0, 10), the first -3 at index [5]"
     assert str(api.value).endswith(tail) and str(cli.value).endswith(tail)
     spec = data_spec(g, tr.step_graph)
-    assert spec == tr.data and spec.classes == 10
+    assert spec == tr.batch_spec and spec.classes == 10
     check_batch("x", batch(), spec)  # a good batch passes
 
 
