@@ -12,7 +12,8 @@ from onnx import TensorProto as TP, helper as oh, numpy_helper as nh
 import gradc
 import gradc.cli_train as ct
 from gradc.cli import main
-from gradc.optim import AdamW, WarmupLinear
+from gradc.ir.ops import REGISTRY
+from gradc.optim import AdamW, WarmupCosine, WarmupLinear
 from test_cli_train import quiet_session
 
 T, F, V = 4, 3, 5
@@ -50,25 +51,27 @@ def files(tmp_path):
 LM = ["--loss", "cross_entropy", "--class-axis", "-1", "--ignore-index", "-100"]
 
 
-def test_train_step_onnx_carries_schedule_clipping_and_patterns(files, capsys):
+@pytest.mark.parametrize("schedule", ["warmup-linear", pytest.param(
+    "warmup-cosine", marks=pytest.mark.skipif("cos" not in REGISTRY, reason="no cos yet"))])
+def test_train_step_onnx_carries_schedule_clipping_and_patterns(files, capsys, schedule):
     out = files / "step.onnx"
     assert main(["train-step", str(files / "tok.onnx"), "-o", str(out), *LM, "--optimizer",
-                 "adamw", "--lr", "0.05", "--max-grad-norm", "0.5", "--schedule",
-                 "warmup-linear", "--warmup-steps", "2", "--total-steps", "6", "--train",
-                 "head.*"]) == 0
-    assert "schedule=WarmupLinear(2, 6)" in capsys.readouterr().out
+                 "adamw", "--lr", "0.05", "--max-grad-norm", "0.5", "--schedule", schedule,
+                 "--warmup-steps", "2", "--total-steps", "6", "--train", "head.*"]) == 0
+    cls = WarmupLinear if schedule == "warmup-linear" else WarmupCosine
+    assert f"schedule={cls.__name__}(2, 6)" in capsys.readouterr().out
     m = onnx.load(out)
     onnx.checker.check_model(m, full_check=True)
     sess = quiet_session(str(out))
     outputs = [o.name for o in sess.get_outputs()]
     assert outputs == ["loss", "head.w.next", "head.w.exp_avg.next", "head.w.exp_avg_sq.next"]
     trainer = gradc.Trainer(gradc.from_onnx(files / "tok.onnx"),
-                            AdamW(lr=0.05, schedule=WarmupLinear(2, 6)), loss="cross_entropy",
+                            AdamW(lr=0.05, schedule=cls(2, 6)), loss="cross_entropy",
                             class_axis=-1, ignore_index=-100, max_grad_norm=0.5,
                             parameters=["head.*"], target="reference")
     data = tokens(64, 1)
     state: dict[str, np.ndarray] = {}
-    for t in range(1, 8):  # past total_steps: the factor stays 0
+    for t in range(1, 9):  # past total_steps too
         b = {k: v[(t - 1) * 8:t * 8] for k, v in data.items()}
         loss, *new = sess.run(outputs, {**b, "step": np.array([t]), **state})
         state = {name[:-len(".next")]: v for name, v in zip(outputs[1:], new)}
