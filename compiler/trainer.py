@@ -24,10 +24,11 @@ import numpy as np
 
 from gradc.api import compile, to_onnx
 from gradc.errors import InputError, UnsupportedError
-from gradc.files import write_bytes_atomically
+from gradc.files import check_input_file, write_bytes_atomically
 from gradc.ir import builders as B
 from gradc.ir.core import Graph, Node, Parameter, Value
 from gradc.ir.state import SUFFIX, state_outputs
+from gradc.train_data import check_batch, data_spec
 from gradc.training import RNG_INPUT, RNG_OUTPUT, check_seed, name_blanks, training_step
 
 STEP_KEY = "step"
@@ -43,11 +44,16 @@ class Trainer:
 
     def __init__(self, graph: Graph, optimizer: Any, loss: str | None = None,
                  parameters: str | Sequence[str] = "all", frozen: Sequence[str] = (),
-                 target: str = "c", seed: int = 0, **options: Any) -> None:
+                 target: str = "c", seed: int = 0, class_axis: int = 1,
+                 ignore_index: int | None = None, max_grad_norm: float | None = None,
+                 **options: Any) -> None:
         check_seed(seed, "Trainer")
         self.graph = graph
         self.optimizer = optimizer
-        self.step_graph = training_step(graph, optimizer, loss, parameters, frozen, seed)
+        self.step_graph = training_step(graph, optimizer, loss, parameters, frozen, seed,
+                                        class_axis, ignore_index, max_grad_norm)
+        # What a batch must hold: checked before every step as `gradc train` checks its file.
+        self.batch_spec = data_spec(graph, self.step_graph, class_axis, ignore_index)
         self.target = target
         if target == "c":
             options.setdefault("update_in_place", {p.name + SUFFIX: p.name
@@ -81,7 +87,9 @@ class Trainer:
 
     def step(self, **batch: Any) -> float:
         """One update on one batch; returns the loss (a NaN or infinite loss is returned as it
-        is, after the update: the caller decides whether to stop)."""
+        is, after the update: the caller decides whether to stop). The batch is checked first
+        as ``gradc train`` checks its data (``train_data.check_batch``: labels in the class
+        range or ``ignore_index``, no NaN or infinity): an InputError changes no state."""
         for name in batch:
             if name not in self._batch_names:
                 raise InputError(f"Trainer.step: unexpected array {name!r}: the step takes "
@@ -94,6 +102,7 @@ class Trainer:
         # C-contiguous arrays, so such a batch is copied once (contiguous ones are not).
         batch = {k: np.ascontiguousarray(v) if isinstance(v, np.ndarray) else v
                  for k, v in batch.items()}
+        check_batch("Trainer.step", batch, self.batch_spec)  # before the step: state untouched
         t = self._steps + 1
         out = self.executable(**batch, step=np.array([t], np.int64), **self._state)
         in_place = allocated = 0
@@ -160,6 +169,7 @@ class Trainer:
 
     def load(self, path: str | os.PathLike[str]) -> None:
         """Read a file that ``save`` wrote and ``load_state_dict`` it."""
+        check_input_file(path)
         try:
             with np.load(path, allow_pickle=False) as z:
                 state = {k: z[k] for k in z.files}

@@ -86,6 +86,14 @@ class ArgCheck:
             self.fail(field, "a bool", show_value(v, repr))
         return bool(v)
 
+    def axis(self, field: str, v: Any, rank: int) -> int:
+        """An int axis in ``-rank..rank-1``, normalized to ``0..rank-1``."""
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) \
+                or not -rank <= int(v) < rank:
+            self.fail(field, f"an int in {-rank}..{rank - 1} (an axis of rank {rank})",
+                      show_value(v, repr))
+        return int(v) % rank
+
     def integer_or_none(self, field: str, v: Any) -> int | None:
         """An int (int64's range) or None."""
         if v is None:

@@ -457,6 +457,8 @@ def test_k1_memory_error_without_message_names_the_file(capsys, monkeypatch, tmp
         raise MemoryError()
 
     monkeypatch.setattr(cli, "load_graph", boom)
+    monkeypatch.chdir(tmp_path)  # the file exists: the command reaches load_graph
+    (tmp_path / "some.onnx").write_bytes(b"")
     rc, err = _cli(["verify", "some.onnx"], capsys)
     assert rc == 2 and err.strip() == "gradc: error: some.onnx: out of memory"
 
