@@ -6,7 +6,9 @@ from typing import Any, Mapping, Sequence
 
 import onnx
 
+from gradc.autodiff import GradNames
 from gradc.autodiff import grad as _grad
+from gradc.autodiff import grad_names as _grad_names
 from gradc.backends import TARGETS
 from gradc.backends.onnx.importer import from_onnx as _from_onnx
 from gradc.backends.onnx.target import to_onnx as _to_onnx
@@ -86,7 +88,7 @@ def artifact(graph: Graph, target: str, passes: str | Sequence[str] | None = "de
     return TARGETS[target].artifact(parameters_as_inputs(opt.graph), bound)
 
 
-__all__ = ["compile", "artifact", "grad", "from_onnx", "to_onnx", "GradcError"]
+__all__ = ["compile", "artifact", "grad", "grad_names", "from_onnx", "to_onnx", "GradcError"]
 
 
 def grad(graph: Graph, wrt: str | Sequence[str] | None = None) -> Graph:
@@ -95,6 +97,13 @@ def grad(graph: Graph, wrt: str | Sequence[str] | None = None) -> Graph:
     ``wrt``: "inputs" (the default), "parameters", "all" or a list of input/parameter names.
     """
     return _grad(graph, wrt)
+
+
+def grad_names(graph: Graph, wrt: str | Sequence[str] | None = None) -> GradNames:
+    """The names ``grad(graph, wrt)`` gives its cotangent inputs (``.cotangents``: output name
+    -> input name) and gradient outputs (``.gradients``: differentiated name -> output name):
+    ``grad_<name>``, or ``grad_<name>_1``, ``_2``, ... where the graph already uses it."""
+    return _grad_names(graph, wrt)
 
 
 def from_onnx(model_or_path: Any) -> Graph:

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from gradc.autodiff import grad
+from gradc.autodiff import GradNames, grad, grad_names
 from gradc.errors import VerifyError
 from gradc.ir import builders as B
 from gradc.ir.core import Graph, Node, Parameter, Value
@@ -212,8 +212,9 @@ def training_step(graph: Graph, optimizer: Any, loss: str | None = None,
     plan = _Plan(graph, parameters, frozen)
     rng = _rng(graph)
     f, extra = _loss_graph(graph, loss, plan, rng)
-    g = grad(f, [p.name for p in plan.trained])
-    return _step_graph(graph, g, len(f.inputs), extra, plan, rng, optimizer, seed)
+    wrt = [p.name for p in plan.trained]
+    g = grad(f, wrt)
+    return _step_graph(graph, g, grad_names(f, wrt), extra, plan, rng, optimizer, seed)
 
 
 def _rng(graph: Graph) -> tuple[Value, Value] | None:
@@ -232,7 +233,7 @@ def _rng(graph: Graph) -> tuple[Value, Value] | None:
     return ins[0], outs[0]
 
 
-def _step_graph(graph: Graph, g: Graph, f_inputs: int, extra: list[Value], plan: _Plan,
+def _step_graph(graph: Graph, g: Graph, names: GradNames, extra: list[Value], plan: _Plan,
                 rng: tuple[Value, Value] | None, optimizer: Any, seed: int) -> Graph:
     """Steps 2-4: the gradient graph's nodes in a graph whose parameters are the state."""
     s = Graph(graph.name if graph.name.endswith("_step") else f"{graph.name}_step")
@@ -275,13 +276,14 @@ def _step_graph(graph: Graph, g: Graph, f_inputs: int, extra: list[Value], plan:
                                       f"frozen parameter becomes a constant)")
                 vmap[p] = B.constant(p.value)
         # grad's inputs: the loss graph's, then the loss's cotangent, seeded with 1.
-        seed_in = g.inputs[f_inputs]
+        (seed_name,) = names.cotangents.values()  # the loss graph's one output
+        seed_in = next(v for v in g.inputs if v.name == seed_name)
         vmap[seed_in] = B.constant(np.ones(seed_in.type.shape, seed_in.type.dtype.numpy))
         _copy_nodes(g, s, vmap, reserved)
         by_name = {v.name: v for v in g.outputs[1:]}
         nexts: dict[str, Value] = {}
         for p in plan.trained:
-            gp = vmap[by_name[f"grad_{p.name}"]]
+            gp = vmap[by_name[names.gradients[p.name]]]
             new_p, new_state = optimizer.update(owned[p.name], gp, state[p.name], step)
             nexts[p.name] = new_p
             for k, v in new_state.items():
