@@ -13,7 +13,7 @@ from gradc.backends import TARGETS
 from gradc.backends.onnx.importer import from_onnx as _from_onnx
 from gradc.backends.onnx.target import to_onnx as _to_onnx
 from gradc.errors import GradcError, VerifyError
-from gradc.executable import Executable
+from gradc.executable import Executable, check_addressable
 from gradc.ir.core import Graph, parameters_as_inputs
 from gradc.ir.ops.registry import show_value
 from gradc.ir.types import MAX_DIM
@@ -49,6 +49,9 @@ def _prepare(graph: Graph, target: str, passes: str | Sequence[str] | None,
     _check_free_symbols(graph)
     opt = optimize(graph, passes, instruments=instruments, verify_each=verify_each,
                    symbols=bound)
+    # Sizes beyond what any target addresses are refused here, once, before a target computes
+    # offsets, literals or allocations from them.
+    check_addressable(opt.graph, bound)
     return opt, bound
 
 
