@@ -18,6 +18,7 @@ import numpy as np
 
 import gradc
 from gradc import ops
+from gradc.check import identical, max_error
 from gradc.ir.core import Value
 from gradc.ir.ops import REGISTRY
 from gradc.ir.ops.adam import STEP_DTYPES
@@ -301,7 +302,6 @@ def compare(target_exact: bool, got: np.ndarray, want: np.ndarray, floor: float,
             libm: bool = False) -> bool:
     """``gradc check``'s rule: bits on an exact target (a tolerance where the C target calls
     libm), otherwise 64 ulps of the largest value of the output's dtype."""
-    from gradc.check import identical, max_error
     if target_exact and not libm:
         return identical(got, want)
     return max_error(got, want, floor)[1]
