@@ -15,7 +15,7 @@ from gradc.errors import (GradcError, InputError, ParseError, ResourceError, Uns
 
 if TYPE_CHECKING:
     from gradc import ops
-    from gradc.api import compile, from_onnx, grad, to_onnx
+    from gradc.api import compile, from_onnx, grad, grad_names, to_onnx
     from gradc.executable import Executable
     from gradc.ir.core import Graph, Node, Value
     from gradc.ir.parser import parse
@@ -32,7 +32,8 @@ _LAZY = {
     "Graph": "gradc.ir.core", "Node": "gradc.ir.core", "Value": "gradc.ir.core",
     "DType": "gradc.ir.types", "TensorType": "gradc.ir.types", "parse": "gradc.ir.parser",
     "ops": "gradc.ops", "examples": "gradc.examples", "Executable": "gradc.executable",
-    "compile": "gradc.api", "grad": "gradc.api", "from_onnx": "gradc.api",
+    "compile": "gradc.api", "grad": "gradc.api", "grad_names": "gradc.api",
+    "from_onnx": "gradc.api",
     "to_onnx": "gradc.api", "optimize": "gradc.passes", "Optimized": "gradc.passes",
     "optim": "gradc.optim", "training_step": "gradc.training", "Trainer": "gradc.trainer",
 }
@@ -41,7 +42,7 @@ __all__ = [
     "GradcError", "InputError", "ParseError", "ResourceError", "UnsupportedError", "VerifyError",
     "Graph", "Node",
     "Value", "DType", "TensorType", "ops", "parse", "compile", "Executable", "optimize",
-    "Optimized", "grad", "from_onnx", "to_onnx", "optim", "training_step", "Trainer",
+    "Optimized", "grad", "grad_names", "from_onnx", "to_onnx", "optim", "training_step", "Trainer",
 ]
 
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from gradc.api import compile
 from gradc.api import grad as make_grad
+from gradc.api import grad_names
 from gradc.backends import TARGETS as ALL_TARGETS
 from gradc.errors import GradcError, UnsupportedError
 from gradc.executable import check_sizes, memory_limit
@@ -178,28 +179,31 @@ def to_float64(g: Graph) -> Graph:
 
 def finite_differences(g: Graph, shapes: Mapping[str, int], seed: int = 0,
                        points: int = 6, h: float = 1e-6) -> list[tuple[str, float, float]]:
-    """(name, largest |analytic - numeric|, scale) per differentiated input and parameter."""
+    """(gradient output name, largest |analytic - numeric|, scale) per differentiated input
+    and parameter."""
     g64 = to_float64(g)
     t = make_grad(g64, "all")
+    names = grad_names(g64, "all")
     feeds = random_inputs(g64, dict(shapes), seed)
     values = {**{p.name: p.value for p in g64.parameters if p.value is not None}, **feeds}
     rng = np.random.default_rng(seed + 1)
-    cot = {f"grad_{v.name}": rng.standard_normal(
-        [shapes.get(d, 2) if isinstance(d, str) else d for d in v.type.shape]).astype(
-        v.type.dtype.numpy) for v in g64.outputs if v.type.dtype.is_float}
+    by_output = {v.name: v for v in g64.outputs}
+    cot = {out: rng.standard_normal(
+        [shapes.get(d, 2) if isinstance(d, str) else d for d in by_output[out].type.shape]
+    ).astype(by_output[out].type.dtype.numpy) for out in names.cotangents}
     fwd = compile(g64, target="reference", passes=None)
-    grads = compile(t, target="reference", passes=None)(**feeds, **cot)
+    grads = compile(t, target="reference", passes=None)(
+        **feeds, **{names.cotangents[out]: c for out, c in cot.items()})
 
     def loss(f: dict) -> float:
         out = fwd(**f)
-        return sum(float(np.sum(out[v.name].astype(np.float64) * cot[f"grad_{v.name}"]))
-                   for v in g64.outputs if v.type.dtype.is_float)
+        return sum(float(np.sum(out[name].astype(np.float64) * c)) for name, c in cot.items())
 
     rows = []
     base = loss(values)
     for v, count in _fd_values(g64, points):
         x = values[v.name]
-        analytic = grads[f"grad_{v.name}"]
+        analytic = grads[names.gradients[v.name]]
         worst = 0.0
         for _ in range(count):
             i = tuple(rng.integers(0, n) for n in x.shape)
@@ -215,7 +219,7 @@ def finite_differences(g: Graph, shapes: Mapping[str, int], seed: int = 0,
             a = float(analytic[i])
             worst = max(worst, abs(num - a) if np.isfinite(a) else float("inf"))
         finite = analytic[np.isfinite(analytic)]
-        rows.append((v.name, worst, float(np.abs(finite).max(initial=0.0))))
+        rows.append((names.gradients[v.name], worst, float(np.abs(finite).max(initial=0.0))))
     return rows
 
 
@@ -246,6 +250,6 @@ def run_check(g: Graph, grad: bool = False, shapes: Mapping[str, int] | None = N
         for name, err, scale in finite_differences(g, shapes, seed):
             good = err <= 1e-5 * (1 + scale)
             ok &= good
-            print(f"  grad_{name:20} max |diff| {err:.3e}  {'ok' if good else 'MISMATCH'}")
+            print(f"  {name:25} max |diff| {err:.3e}  {'ok' if good else 'MISMATCH'}")
     print("all targets agree" if ok else "DISAGREEMENT beyond tolerance")
     return 0 if ok else 1

@@ -109,29 +109,63 @@ def memory_limit() -> int:
 
 
 def value_bytes(graph: Graph, bindings: Mapping[str, int]) -> list[tuple[int, Value]]:
-    """(bytes, value) for every value of the graph with the symbols bound, largest first."""
+    """(bytes, value) for every value of the graph with the symbols bound (an unbound symbol
+    counts as 1), largest first; values inside fused bodies included. Exact Python ints: the
+    one size computation of the driver (``check_addressable``, ``check_sizes``)."""
+    values: list[Value] = []
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        values += list(g.inputs) + [o for n in g.nodes for o in n.outputs]
+        stack += [n.body for n in g.nodes if n.body is not None]
     sizes = [(byte_size((bindings.get(d, 1) if isinstance(d, str) else d
-                         for d in v.type.shape), v.type.dtype), v)
-             for v in list(graph.inputs) + [o for n in graph.nodes for o in n.outputs]]
+                         for d in v.type.shape), v.type.dtype), v) for v in values]
     return sorted(sizes, key=lambda p: (-p[0], p[1].producer is None))
+
+
+def check_addressable(graph: Graph, bindings: Mapping[str, int]) -> None:
+    """ResourceError naming the largest value when the bound symbols make it larger than
+    ``MAX_BYTES`` (2**62): no target addresses more (sizes, offsets and index arithmetic are
+    int64 in C, NumPy and onnxruntime), so every size a target computes from these bindings
+    fits in int64 once this passes. ``gradc.compile`` and ``artifact`` run it on the graph they
+    lower with the ``shapes`` given, an Executable on every call's bindings."""
+    sizes = value_bytes(graph, bindings)
+    over = [(n, v) for n, v in sizes if n > MAX_BYTES]
+    if over:  # the first in graph order (an input, where a symbol is too large)
+        order = {id(v): i for i, v in enumerate(graph.values())}
+        nbytes, v = min(over, key=lambda p: order.get(id(p[1]), len(order)))
+        raise ResourceError(f"graph {graph.name!r}: value {_bound(v, bindings)} is "
+                            f"{fmt_bytes(nbytes)}, more than the 2**62 bytes a tensor may "
+                            f"hold (the most any target can address)")
+    # A target may hold every value at once (the C target's arena of intermediates, the
+    # reference's environment): their total must be addressable too.
+    top = {id(v) for v in graph.values()}
+    total = sum(n for n, v in sizes if id(v) in top)
+    if total > MAX_BYTES:
+        nbytes, v = sizes[0]
+        raise ResourceError(f"graph {graph.name!r}: its values total {fmt_bytes(total)}, more "
+                            f"than the 2**62 bytes a program can address (the largest: value "
+                            f"{_bound(v, bindings)}, {fmt_bytes(nbytes)})")
+
+
+def _bound(v: Value, bindings: Mapping[str, int]) -> str:
+    """``%x: f32[N,3] with N=...`` for messages."""
+    syms = ", ".join(f"{s}={bindings[s]}" for s in v.type.symbols if s in bindings)
+    return f"{fmt_name(v.name)}: {fmt_type(v.type)}" + (f" with {syms}" if syms else "")
 
 
 def check_sizes(graph: Graph, bindings: Mapping[str, int], limit: int) -> None:
     """InputError when a symbol of the graph is bound by no input (``random_generator``'s
-    ``output_sizes`` may name one) or when the bound symbols make a value too large for any
-    machine (2**62 bytes, where int64 index arithmetic would wrap); ResourceError when it is
-    larger than ``limit``."""
+    ``output_sizes`` may name one); ResourceError when the bound symbols make a value too large
+    for any machine (``check_addressable``) or larger than ``limit``."""
     for v in graph.values():
         unbound = [s for s in v.type.symbols if s not in bindings]
         if unbound:
             raise InputError(f"graph {graph.name!r}: symbol {unbound[0]!r} (in the type of "
                              f"{fmt_name(v.name)}: {fmt_type(v.type)}) is the size of no "
                              f"input")
+    check_addressable(graph, bindings)
     for nbytes, v in value_bytes(graph, bindings):
-        if nbytes > MAX_BYTES:
-            syms = ", ".join(f"{s}={bindings[s]}" for s in v.type.symbols if s in bindings)
-            raise InputError(f"value {fmt_name(v.name)}: {fmt_type(v.type)} with {syms} is "
-                             f"{fmt_bytes(nbytes)}, more than the 2**62 bytes a tensor may hold")
         if nbytes > limit:
             raise ResourceError(_too_big(graph, v, nbytes, f"this machine's memory "
                                          f"({fmt_bytes(limit)})"))

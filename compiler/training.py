@@ -35,7 +35,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from gradc.autodiff import grad
+from gradc.autodiff import GradNames, grad, grad_names
 from gradc.errors import VerifyError
 from gradc.ir import builders as B
 from gradc.ir.core import Graph, Node, Parameter, Value
@@ -277,8 +277,9 @@ def training_step(graph: Graph, optimizer: Any, loss: str | None = None,
     plan = _Plan(graph, parameters, frozen)
     rng = _rng(graph)
     f, extra = _loss_graph(graph, spec)
-    g = grad(f, [p.name for p in plan.trained])
-    return _step_graph(graph, g, len(f.inputs), extra, plan, rng, optimizer, seed, clip)
+    wrt = [p.name for p in plan.trained]
+    g = grad(f, wrt)
+    return _step_graph(graph, g, grad_names(f, wrt), extra, plan, rng, optimizer, seed, clip)
 
 
 def _max_grad_norm(v: Any) -> float | None:
@@ -310,7 +311,7 @@ def _rng(graph: Graph) -> tuple[Value, Value] | None:
     return ins[0], outs[0]
 
 
-def _step_graph(graph: Graph, g: Graph, f_inputs: int, extra: list[Value], plan: _Plan,
+def _step_graph(graph: Graph, g: Graph, names: GradNames, extra: list[Value], plan: _Plan,
                 rng: tuple[Value, Value] | None, optimizer: Any, seed: int,
                 max_grad_norm: float | None) -> Graph:
     """Steps 2-4: the gradient graph's nodes in a graph whose parameters are the state."""
@@ -354,11 +355,12 @@ def _step_graph(graph: Graph, g: Graph, f_inputs: int, extra: list[Value], plan:
                                       f"frozen parameter becomes a constant)")
                 vmap[p] = B.constant(p.value)
         # grad's inputs: the loss graph's, then the loss's cotangent, seeded with 1.
-        seed_in = g.inputs[f_inputs]
+        (seed_name,) = names.cotangents.values()  # the loss graph's one output
+        seed_in = next(v for v in g.inputs if v.name == seed_name)
         vmap[seed_in] = B.constant(np.ones(seed_in.type.shape, seed_in.type.dtype.numpy))
         _copy_nodes(g, s, vmap, reserved)
         by_name = {v.name: v for v in g.outputs[1:]}
-        grads = [vmap[by_name[f"grad_{p.name}"]] for p in plan.trained]
+        grads = [vmap[by_name[names.gradients[p.name]]] for p in plan.trained]
         if max_grad_norm is not None:  # after the gradients, before the optimizer (§29.2)
             grads = clip_grad_norm(grads, max_grad_norm)
         lr = optimizer.learning_rate(step)  # a schedule: computed once for every parameter

@@ -17,9 +17,10 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from gradc.errors import UnsupportedError
+from gradc.errors import ResourceError, UnsupportedError
 from gradc.ir.core import Graph, Node, Value, parameters_as_inputs
 from gradc.ir.fused import anchors_group, violations
+from gradc.ir.types import MAX_BYTES, fmt_bytes
 
 from gradc.backends.c import elementwise_math as math_kernels
 from gradc.backends.c import reduce as reduce_kernels
@@ -641,6 +642,13 @@ def plan_arena(lives: Mapping[str, tuple[int, int, int]]) -> tuple[dict[str, int
     bytes for the nets of a training step (the benchmark prints both). Returns (offsets, total).
     """
     order = sorted(lives, key=lambda b: (-lives[b][2], lives[b][0], b))
+    # Offsets are int64 here and in the program: checked once, in exact ints, before any is
+    # computed (the driver's check_addressable refuses such graphs first, naming the value).
+    bound = sum(max(ALIGN, -(-z // ALIGN) * ALIGN) for _, _, z in lives.values())
+    if bound > MAX_BYTES:
+        raise ResourceError(f"c target: the arena of {len(order)} intermediate values may need "
+                            f"{fmt_bytes(bound)}, more than the 2**62 bytes a program can "
+                            f"address (the largest value needs {fmt_bytes(lives[order[0]][2])})")
     n = len(order)
     f = np.empty(n, np.int64)
     la = np.empty(n, np.int64)

@@ -9,7 +9,7 @@ from typing import Any, Callable, ClassVar, Mapping, NoReturn, Sequence
 import numpy as np
 
 from gradc.errors import GradcError, VerifyError
-from gradc.ir.core import Graph, Node, Value, current_graph
+from gradc.ir.core import Graph, Node, Value, adopt, current_graph
 from gradc.ir.types import MAX_DIM, Dim, DType, TensorType
 
 INT64_MIN, INT64_MAX = -2 ** 63, 2 ** 63 - 1  # every integer attribute is an int64 (as in ONNX)
@@ -414,16 +414,30 @@ def infer_node(op: str, in_types: Sequence[TensorType],
     return d, c.ordered(), out
 
 
+def _operand_label(op: str, i: int) -> str:
+    """``operand 1 (rhs)``: an operand's position and schema name, for messages."""
+    d = REGISTRY.get(op)
+    if d is None or not d.operands:
+        return f"operand {i}"
+    name = f"{d.operands[0]}[{i}]" if d.variadic else \
+        d.operands[i] if i < len(d.operands) else None
+    return f"operand {i}" + (f" ({name})" if name else "")
+
+
 def _target_graph(op: str, inputs: Sequence[Value], graph: Graph | None) -> Graph | None:
-    graphs = {id(v.graph): v.graph for v in inputs if v.graph is not None}
-    if graph is not None:
-        graphs.setdefault(id(graph), graph)
-    if len(graphs) > 1:
-        raise VerifyError(f"{op}: operands: expected values of one graph, got values of "
-                          f"graphs {sorted(g.name for g in graphs.values())}")
-    if graphs:
-        return next(iter(graphs.values()))
-    return current_graph()
+    """The graph a new node joins: its operands' (all one graph), else ``graph``, else the
+    ``with graph:`` block's, else none yet (the first user adopts it)."""
+    owner, first = graph, "the graph given" if graph is not None else ""
+    for i, v in enumerate(inputs):
+        if v.graph is None:
+            continue
+        if owner is None:
+            owner, first = v.graph, _operand_label(op, i)
+        elif v.graph is not owner:
+            raise VerifyError(f"{op}: {_operand_label(op, i)}: expected a value of graph "
+                              f"{owner.name!r} (that of {first}), got %{v.name} of graph "
+                              f"{v.graph.name!r}")
+    return owner if owner is not None else current_graph()
 
 
 def make_node(op: str, inputs: Sequence[Any], attrs: Mapping[str, Any],
@@ -436,9 +450,8 @@ def make_node(op: str, inputs: Sequence[Any], attrs: Mapping[str, Any],
     g = _target_graph(op, inputs, graph)
     d, norm, types = infer_node(op, [v.type for v in inputs], attrs)
     if g is not None:
-        for v in inputs:  # adopt floating constants built outside any graph
-            if v.graph is None and v.producer is not None:
-                g.append(v.producer)
+        for i, v in enumerate(inputs):  # values made without a graph join the first user's
+            adopt(g, v, f"{op}: {_operand_label(op, i)}")
     node = Node(op, inputs, norm, types)
     if g is not None:
         g.append(node)
