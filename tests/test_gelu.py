@@ -319,3 +319,35 @@ def test_reference_matches_the_loop_oracle(dtype, mode):
     assert_25_4(ref["dx"], dx, x, dy)
     if dtype != "float64":
         assert np.mean(ref["y"] == y) > 0.99 and np.mean(ref["dx"] == dx) > 0.99
+
+
+# -- GELU written out in ONNX -------------------------------------------------------------------
+
+def test_written_out_gelu_imports_op_by_op():
+    """Div/Erf/Add/Mul and Pow/Mul/Add/Tanh/Mul (§28.1): each op its gradc op, never gelu."""
+    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    from onnx import helper as oh  # lazy: optional dependency, skipped above
+    from onnx_import_helpers import cross_check, make
+
+    def c(name: str, v: float):
+        return oh.make_node("Constant", [], [name], value=oh.make_tensor(
+            name, onnx.TensorProto.FLOAT, [], [v]))
+
+    erf_form = [c("r2", math.sqrt(2)), c("one", 1.0), c("half", 0.5),
+                oh.make_node("Div", ["x", "r2"], ["a"]), oh.make_node("Erf", ["a"], ["b"]),
+                oh.make_node("Add", ["b", "one"], ["d"]), oh.make_node("Mul", ["x", "d"], ["e"]),
+                oh.make_node("Mul", ["e", "half"], ["y"])]
+    tanh_form = [c("three", 3.0), c("k", 0.044715), c("s", math.sqrt(2 / math.pi)),
+                 c("one", 1.0), c("half", 0.5), oh.make_node("Pow", ["x", "three"], ["p"]),
+                 oh.make_node("Mul", ["p", "k"], ["a"]), oh.make_node("Add", ["x", "a"], ["b"]),
+                 oh.make_node("Mul", ["b", "s"], ["d"]), oh.make_node("Tanh", ["d"], ["t"]),
+                 oh.make_node("Add", ["t", "one"], ["u"]), oh.make_node("Mul", ["x", "u"], ["v"]),
+                 oh.make_node("Mul", ["v", "half"], ["y"])]
+    x = f32(-3, -1, -0.5, 0.5, 1, 3)
+    for nodes, want in ((erf_form, {"div", "erf", "add", "mul"}),
+                        (tanh_form, {"pow", "mul", "add", "tanh"})):
+        m = make(nodes, {"x": (np.float32, [6])}, {"y": np.float32})
+        g = gradc.from_onnx(m)
+        assert want <= {n.op for n in g.nodes} and "gelu" not in {n.op for n in g.nodes}
+        cross_check(m, {"x": x}, exact=False, rtol=1e-6, atol=1e-7)
