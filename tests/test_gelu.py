@@ -351,3 +351,31 @@ def test_written_out_gelu_imports_op_by_op():
         g = gradc.from_onnx(m)
         assert want <= {n.op for n in g.nodes} and "gelu" not in {n.op for n in g.nodes}
         cross_check(m, {"x": x}, exact=False, rtol=1e-6, atol=1e-7)
+
+
+# -- the onnx target's model --------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_exported_model_passes_the_checker_and_runs_in_a_stock_session(dtype):
+    """Default domain only, the full checker, a symbolic batch, and a stock onnxruntime session
+    (every optimization on) giving the target's bits, within §25.4 of the reference."""
+    pytest.importorskip("onnxruntime")
+    from onnx_export_helpers import both, build  # lazy: needs onnx and onnxruntime
+
+    rng = np.random.default_rng(4)
+    x = np.concatenate([rng.standard_normal(24) * 4, [inf, -inf, nan, -0.0, 40, -40, 7e4, -7e4]])
+    with np.errstate(over="ignore"):
+        x, dy = x.reshape(4, 8).astype(dtype), rng.standard_normal((4, 8)).astype(dtype)
+
+    def fn(x, dy):
+        return (ops.gelu(x), ops.gelu(x, "tanh"), ops.gelu_grad(x, dy),
+                ops.gelu_grad(x, dy, "tanh"), ops.erf(x), ops.sin(x), ops.cos(x), ops.is_nan(x))
+    g = build(fn, [x, dy], symbolic=True)
+    model = gradc.to_onnx(g)
+    assert {o.domain for o in model.opset_import} == {""}
+    got, ref = both(g, [x, dy])
+    for i, (a, b) in enumerate(zip(got, ref)):
+        if b.dtype == np.bool_:
+            assert_bits(a, b)
+        else:
+            assert_25_4(a, b, x if i < 4 else None, dy if i in (2, 3) else None, what=f"y{i}")
