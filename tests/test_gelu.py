@@ -379,3 +379,24 @@ def test_exported_model_passes_the_checker_and_runs_in_a_stock_session(dtype):
             assert_bits(a, b)
         else:
             assert_25_4(a, b, x if i < 4 else None, dy if i in (2, 3) else None, what=f"y{i}")
+
+
+def test_numpy_module_imports_math_only_for_erf(tmp_path):
+    """math.erf/erfc (NumPy has none): the module imports Python's math, and still stands
+    alone; a module without them keeps importing NumPy only."""
+    import ast  # lazy: only this test parses the generated source
+    from test_numpy_target import import_source
+
+    g = graph(lambda x: {"y": ops.gelu(x), "e": ops.erf(x), "s": ops.sin(x)},
+              {"x": ("float32", (7,))})
+    src = gradc.compile(g, target="numpy").source
+    imports = [ast.unparse(n) for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Import)]
+    assert imports == ["import math", "import numpy as np"]
+    assert "imports only NumPy and Python's math." in src
+    mod = import_source(src, tmp_path / "gelu_module.py")
+    got = mod.ENTRY(f32(*X1))
+    want = gradc.compile(g, target="reference")(x=f32(*X1))
+    for k in want:
+        assert_bits(got[k], want[k])
+    g2 = graph(lambda x: {"s": ops.sin(x), "n": ops.is_nan(x)}, {"x": ("float32", (7,))})
+    assert "import math" not in gradc.compile(g2, target="numpy").source
