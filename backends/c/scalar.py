@@ -17,6 +17,7 @@ from gradc.ir.types import DType
 
 from gradc.backends.c.ctypes_map import CType, compute_literal, ctype, literal
 from gradc.backends.c.elementwise_math import MATH_SCALAR
+from gradc.backends.c.activation import ACTIVATION_SCALAR
 
 Scalar = Callable[[Node, list[str]], str]
 
@@ -160,6 +161,7 @@ SCALAR: dict[str, Scalar] = {
     "add": _binary("+"), "sub": _binary("-"), "mul": _binary("*"), "neg": neg,
     "identity": identity, "expand": identity, "cast": cast,
     **MATH_SCALAR,  # -- math (SPEC-training §16)
+    **ACTIVATION_SCALAR,  # -- activation (SPEC-transformers §25)
 }
 
 

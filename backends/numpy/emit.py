@@ -231,4 +231,6 @@ EMITTERS: dict[str, Callable[[FunctionEmitter, Step], None]] = {
         "batch_normalization_training_grad")},
     # -- training
     "random_generator": emit_random_generator, "adam_optimizer": _helper("adam_optimizer"),
+    # -- activation (SPEC-transformers §25)
+    **{op: _helper(op) for op in ("gelu", "gelu_grad", "erf", "sin", "cos", "is_nan")},
 }

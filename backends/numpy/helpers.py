@@ -126,6 +126,9 @@ def _copy(name: str, func: Callable) -> str:
 
 
 FIXED = ("_product", "_acc_dtype", "_keep")  # written here, not copied
+# Standard-library modules a copied helper may use: the module imports them when it does (the
+# C library's erf, which NumPy lacks, is ``math.erf``).
+STDLIB = ("math",)
 _FUNCS: dict[str, Callable] = {}  # helper name -> the function it copies (filled on demand)
 
 
@@ -169,7 +172,7 @@ def helper(name: str) -> tuple[str, tuple[str, ...]]:
         src = _source(name)
         used = _globals_of(src)
         known = set(FIXED) | set(_FUNCS)
-        bad = sorted(used - known - set(dir(builtins)) - {"np", "_ACC"})
+        bad = sorted(used - known - set(dir(builtins)) - {"np", "_ACC"} - set(STDLIB))
         if bad:
             raise GradcError(f"internal error: numpy target: helper {name} uses {bad}, which "
                              "the generated module does not define")
@@ -198,3 +201,11 @@ def helpers_source(names: set[str]) -> str:
     """The text of the helpers ``names`` need, separated by blank lines."""
     return "\n\n".join(helper(n)[0] for n in closure(names))
 
+
+
+def stdlib_imports(names: set[str]) -> list[str]:
+    """The standard-library modules (of ``STDLIB``) that the helpers ``names`` need use."""
+    used: set[str] = set()
+    for n in closure(names):
+        used |= _globals_of(helper(n)[0])
+    return [m for m in STDLIB if m in used]

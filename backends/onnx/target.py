@@ -83,6 +83,7 @@ from gradc.backends.onnx.lower_conv import lower_conv_table
 from gradc.backends.onnx.lower_gemm import lower_gemm_table
 from gradc.backends.onnx.lower_batch_norm import lower_batch_norm_table
 from gradc.backends.onnx.lower_training import lower_training_table
+from gradc.backends.onnx.lower_activation import lower_activation_table
 from gradc.backends.target import Lowered
 from gradc.errors import GradcError, ResourceError, UnsupportedError, VerifyError
 from gradc.ir.core import Graph, Node, Value, parameters_as_inputs
@@ -98,6 +99,7 @@ LOWERINGS = {
     **lower_gemm_table(),
     **lower_batch_norm_table(),
     **lower_training_table(),
+    **lower_activation_table(),
 }
 
 

@@ -40,7 +40,7 @@ ELEM_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT, TensorProto.FLOAT, TensorPro
               TensorProto.DOUBLE, TensorProto.INT32, TensorProto.INT64, TensorProto.INT8,
               TensorProto.UINT8)
 # Ops gradc does not import (SPEC-training §21 "Refused", and others it lacks).
-UNSUPPORTED = ("LpPool", "MaxUnpool", "ConvInteger", "QLinearConv", "MatMulInteger", "Erf",
+UNSUPPORTED = ("LpPool", "MaxUnpool", "ConvInteger", "QLinearConv", "MatMulInteger", "Asinh",
                "Einsum", "InstanceNormalization")
 OPSETS = (13, 13, 13, 17, 18, 19, 11, 10, 7, 21)
 INT64_EDGES = tuple(v for v in INT_EDGES if -2 ** 63 <= v < 2 ** 63)
