@@ -216,7 +216,11 @@ def _softmax(op: str) -> Case:
 CASES: dict[str, Case] = {
     **{op: _binary(op) for op in ("add", "sub", "mul", "div", "maximum", "minimum", "equal",
                                   "greater", "greater_equal", "less", "less_equal")},
-    **{op: _unary(op) for op in ("neg", "relu", "exp", "sigmoid", "tanh")},
+    **{op: _unary(op) for op in ("neg", "relu", "exp", "sigmoid", "tanh", "erf", "sin", "cos",
+                                 "is_nan")},
+    "gelu": lambda d, inp: [ops.gelu(inp(d, (2, 3))), ops.gelu(inp(d, (2, 3)), "tanh")],
+    "gelu_grad": lambda d, inp: [ops.gelu_grad(inp(d, (2, 3)), inp(d, (2, 3))),
+                                 ops.gelu_grad(inp(d, (2, 3)), inp(d, (2, 3)), "tanh")],
     "log": _unary("log", low=0.25), "sqrt": _unary("sqrt", low=0),
     "pow": lambda d, inp: [ops.pow(inp(d, (2, 3), low=0.25), 1.5)],
     "leaky_relu": lambda d, inp: [ops.leaky_relu(inp(d, (2, 3)), 0.25)],
