@@ -26,10 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from gradc.errors import UnsupportedError
 from gradc.ir import builders as B
 from gradc.ir.core import Value
-from gradc.ir.ops import REGISTRY
 from gradc.ir.training_args import ArgCheck
 from gradc.ir.types import DType
 
@@ -169,11 +167,6 @@ def scheduled_learning_rate(step: Value, learning_rate: float, schedule: str,
     step = c.step("training_step", step)
     lr = c.real("learning_rate", learning_rate, 0.0)
     kind = c.choice("schedule", schedule, SCHEDULES)
-    if kind == "warmup_cosine" and "cos" not in REGISTRY:
-        # The cos primitive (SPEC-transformers §25.3) arrives with the element-wise math ops;
-        # until then this schedule cannot be written into a graph.
-        raise UnsupportedError("WarmupCosine: the cosine schedule needs the cos primitive, "
-                               "which this build of gradc does not have yet (use WarmupLinear)")
     w, total = float(warmup_steps), float(total_steps)  # exact: ints below 2**53
     t = B.sub(B.cast(scalar_step(step), F64), const(1.0, F64))
     warm = B.div(t, const(max(1.0, w), F64))
@@ -183,9 +176,8 @@ def scheduled_learning_rate(step: Value, learning_rate: float, schedule: str,
         decay = B.div(B.sub(const(total, F64), t), span)
     else:
         prog = B.div(B.sub(t, const(w, F64)), span)
-        cos = getattr(B, "cos")  # registered by gradc.ir.ops (checked above)
         decay = B.mul(const(0.5, F64), B.add(const(1.0, F64),
-                                             cos(B.mul(const(math.pi, F64), prog))))
+                                             B.cos(B.mul(const(math.pi, F64), prog))))
     decay = B.where(B.greater(decay, zero), decay, zero)  # max(0, .): NaN never arises here
     factor = B.where(B.less(t, const(w, F64)), warm, decay)
     return B.mul(const(lr, F64), factor)

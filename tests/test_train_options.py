@@ -11,16 +11,12 @@ import pytest
 
 import gradc
 from gradc import ops
-from gradc.ir.ops import REGISTRY
 from gradc.ir.optimizers import clip_grad_norm, scheduled_learning_rate
 from gradc.optim import SGD, AdamW, WarmupCosine, WarmupLinear
 from helpers import assert_bits, f32
 
 TARGETS = ("reference", "numpy", "c", "onnx")
 LN4 = np.float32(1.3862943649291992)
-needs_cos = pytest.mark.skipif("cos" not in REGISTRY,
-                               reason="the cos primitive (SPEC-transformers §25.3) has not "
-                                      "landed: WarmupCosine cannot be built yet")
 
 
 def run(g: gradc.Graph, target: str, **feeds: np.ndarray) -> list[np.ndarray]:
@@ -254,7 +250,6 @@ def test_t_sch_1_warmup_linear_exact(target):
     assert [0.5 * s.factor(t) for t in ts] == list(lr64)
 
 
-@needs_cos
 @pytest.mark.parametrize("target", TARGETS)
 def test_t_sch_2_warmup_cosine(target):
     ts = [0, 3, 4, 5, 7, 10, 13, 16]
@@ -263,12 +258,6 @@ def test_t_sch_2_warmup_cosine(target):
     np.testing.assert_allclose(lr64 / 0.5, factor, rtol=4 * 2.0 ** -52, atol=1e-15)
     assert_bits(lr32, f32(0, 0.375, 0.5, 0.46650636196136475, 0.25, 0, 0.25, 0.5))
     assert [WarmupCosine(4, 10).factor(t) for t in ts] == factor
-
-
-@pytest.mark.skipif("cos" in REGISTRY, reason="cos is registered: the schedule builds")
-def test_warmup_cosine_without_cos_is_a_clear_unsupported_error():
-    with pytest.raises(gradc.UnsupportedError, match="needs the cos primitive"):
-        schedule_graph("warmup_cosine", 4, 10)
 
 
 def linear_model(x0: np.ndarray) -> gradc.Graph:
@@ -293,7 +282,6 @@ def test_t_sch_3_sgd_warmup_linear(target):
     assert seen == [1, 0.75, 0.25, 0, 0]
 
 
-@needs_cos
 @pytest.mark.parametrize("target", TARGETS)
 def test_t_sch_4_adamw_warmup_cosine(target):
     x0 = f32(1, 2, -1, 0.5)

@@ -9,7 +9,6 @@ import pytest
 
 import gradc
 from gradc import ops
-from gradc.ir.ops import REGISTRY
 from gradc.ir.optimizers import clip_grad_norm, scheduled_learning_rate
 from gradc.optim import AdamW, WarmupCosine, WarmupLinear
 from helpers import assert_bits
@@ -17,8 +16,7 @@ from helpers import assert_bits
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 TARGETS = ("reference", "numpy", "c", "onnx")
-SCHEDULES = ["warmup_linear", pytest.param("warmup_cosine", marks=pytest.mark.skipif(
-    "cos" not in REGISTRY, reason="the cos primitive has not landed"))]
+SCHEDULES = ["warmup_linear", "warmup_cosine"]
 
 
 @pytest.mark.parametrize("target", TARGETS)
