@@ -65,6 +65,7 @@ class Program:
     input_offsets: list[int]  # arena offset of each input's slot
     output_offsets: list[int]  # arena offset each output is read from after the step
     arena_bytes: int
+    output_shapes: list[tuple[int, ...]]  # the outputs' shapes, symbols bound
     launches: list[Launch] = field(default_factory=list)
     in_place: dict[int, int] = field(default_factory=dict)  # output index -> input index
 
@@ -191,7 +192,8 @@ class _Builder:
         return Program(w.text() + "\n", list(g.inputs), list(g.outputs),
                        [self.offset[Buffer("input", i)] for i in range(len(g.inputs))],
                        [self.offset[buffers[self.plan.resolve(v)]] for v in g.outputs],
-                       self.arena_bytes, list(self.launches), dict(self.in_place))
+                       self.arena_bytes, [tuple(_sizes(self.dims, v)) for v in g.outputs],
+                       list(self.launches), dict(self.in_place))
 
     def _constant(self, n: Node, index: int, is_output: bool) -> None:
         """A ``__device__`` array of the constant's bit patterns (and, for an output, a copy

@@ -97,7 +97,7 @@ def nvrtc_compile(source: str, options: list[str], name: str = "gradc.cu") -> by
             log = b" " * size
             m.nvrtcGetProgramLog(prog, log)
             raise GradcError(f"cuda target: NVRTC failed on the generated source:\n"
-                             f"{log.decode(errors='replace').strip()[-3000:]}")
+                             f"{log.decode(errors='replace').strip(chr(0) + ' ').strip()[-3000:]}")
         err, size = m.nvrtcGetCUBINSize(prog)
         _nvrtc_check(m, err, "nvrtcGetCUBINSize")
         cubin = b" " * size
