@@ -23,14 +23,15 @@ def graph_of(fn: Callable[..., Any], *arrays: np.ndarray, name: str = "t") -> gr
 def cuda_targets() -> tuple[str, ...]:
     """The cuda target's modes that the target-parametrized tests add to their targets:
     ``"cuda-host"`` (the kernels compiled as C++ and run on the CPU by the host harness)
-    wherever a C++ compiler is, and ``"cuda"`` (the GPU) when ``GRADC_TEST_CUDA=1``
-    (``benchmarks/gpu_smoke.sh`` sets it on a machine with a GPU)."""
+    wherever a C++ compiler is, and ``"cuda"`` (the GPU) when ``GRADC_TEST_CUDA=1`` (both) or
+    ``GRADC_TEST_CUDA=only`` (the GPU alone; ``benchmarks/gpu_smoke.sh`` sets it)."""
     import os
     import shutil
 
+    gpu = os.environ.get("GRADC_TEST_CUDA", "")
     cxx = os.environ.get("CXX", "c++").split()
-    modes = ("cuda-host",) if cxx and shutil.which(cxx[0]) else ()
-    return modes + (("cuda",) if os.environ.get("GRADC_TEST_CUDA") == "1" else ())
+    modes = ("cuda-host",) if cxx and shutil.which(cxx[0]) and gpu != "only" else ()
+    return modes + (("cuda",) if gpu in ("1", "only") else ())
 
 
 def compile_for(graph: gradc.Graph, target: str, **opts: Any) -> gradc.Executable:

@@ -86,3 +86,20 @@ def test_the_element_wise_graphs_cover_every_scalar_op():
 def test_a_broken_source_is_a_gradc_error_with_nvrtc_s_log(nvrtc_cache):
     with pytest.raises(gradc.GradcError, match="(?s)NVRTC failed.*undefined"):
         build.compile_cubin("GC_KERNEL_UNDEFINED k0(void) {}", build.DEFAULT_ARCH, nvrtc_cache)
+
+
+def test_every_driver_name_rt_uses_exists_in_cuda_bindings():
+    """``rt.py`` runs only on a GPU: at least every function, enum and member it names must
+    exist in the installed ``cuda.bindings.driver`` (a typo would show only on the GPU)."""
+    import re
+    from pathlib import Path
+
+    driver = pytest.importorskip("cuda.bindings.driver")
+    text = Path(rt.__file__).read_text()
+    names = set(re.findall(r"\bd\.(cu\w+|CU\w+)(?:\.(\w+))?", text))
+    assert len(names) > 20
+    for name, member in sorted(names):
+        assert hasattr(driver, name), name
+        if member and name[:2] == "CU":
+            assert hasattr(getattr(driver, name), member), f"{name}.{member}"
+    assert int(driver.CUdeviceptr(4096)) == 4096

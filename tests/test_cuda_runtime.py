@@ -21,8 +21,8 @@ from gradc.errors import InputError, UnsupportedError
 
 from helpers import assert_bits, compile_for, cuda_targets
 
-pytestmark = pytest.mark.skipif("cuda-host" not in cuda_targets(),
-                                reason="no C++ compiler for the host harness")
+HOST = "cuda-host" in cuda_targets()
+needs_host = pytest.mark.skipif(not HOST, reason="the host harness is not among the targets")
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +39,7 @@ def _sgd_graph() -> gradc.Graph:
     return g
 
 
+@needs_host
 def test_calls_reuse_the_arena_and_replay_one_captured_graph(cache):
     ex = gradc.compile(_sgd_graph(), target="cuda", runtime="host", cache_dir=cache)
     runner = ex._runner
@@ -54,9 +55,10 @@ def test_calls_reuse_the_arena_and_replay_one_captured_graph(cache):
     assert runner.driver.launches == 3 * len(graph)
 
 
-def test_state_stays_on_the_device_and_comes_back_without_a_copy(cache):
-    ex = gradc.compile(_sgd_graph(), target="cuda", runtime="host", cache_dir=cache,
-                       update_in_place={"w.next": "w"}, keep_on_device=["w.next"])
+@pytest.mark.parametrize("target", cuda_targets())
+def test_state_stays_on_the_device_and_comes_back_without_a_copy(target, cache):
+    ex = compile_for(_sgd_graph(), target, cache_dir=cache, update_in_place={"w.next": "w"},
+                     keep_on_device=["w.next"])
     assert ex.in_place == {"w.next": "w"}
     w0 = np.arange(12, dtype=np.float32).reshape(3, 4)
     g = np.full((3, 4), 2.0, np.float32)
@@ -75,15 +77,15 @@ def test_state_stays_on_the_device_and_comes_back_without_a_copy(cache):
     assert_bits(w0, np.arange(12, dtype=np.float32).reshape(3, 4))  # the host array is intact
 
 
-def test_device_arrays_of_the_arena_are_staged_before_slots_change(cache):
+@pytest.mark.parametrize("target", cuda_targets())
+def test_device_arrays_of_the_arena_are_staged_before_slots_change(target, cache):
     """Outputs passed back crosswise (each to the other's input slot) read the old values."""
     g = gradc.Graph("swap")
     a, b = g.input("a", "float32", (5,)), g.input("b", "float32", (5,))
     g.output(ops.neg(b), "a.next")
     g.output(ops.neg(a), "b.next")
-    ex = gradc.compile(g, target="cuda", runtime="host", cache_dir=cache,
-                       keep_on_device=["a.next", "b.next"],
-                       update_in_place={"a.next": "a", "b.next": "b"})
+    ex = compile_for(g, target, cache_dir=cache, keep_on_device=["a.next", "b.next"],
+                     update_in_place={"a.next": "a", "b.next": "b"})
     x, y = np.arange(5, dtype=np.float32), -np.arange(5, 10, dtype=np.float32)
     out = ex(a=x, b=y)
     out2 = ex(a=out["b.next"], b=out["a.next"])  # a <- -x, b <- -y
@@ -104,6 +106,7 @@ class _CpuDLPack:
         return self.a.__dlpack_device__()
 
 
+@needs_host
 def test_dlpack_and_cuda_array_interface_inputs(cache):
     g = gradc.Graph("t")
     x = g.input("x", "float32", (2, 3))
@@ -128,16 +131,35 @@ def test_dlpack_and_cuda_array_interface_inputs(cache):
     assert not c.flags.c_contiguous and arrays.describe(Cai(), host=True) is None
 
 
-def test_symbolic_graphs_get_a_program_per_shape(cache):
+@pytest.mark.parametrize("target", cuda_targets())
+def test_symbolic_graphs_get_a_program_per_shape(target, cache):
     g = gradc.Graph("t")
     x = g.input("x", "float32", ("N", 4))
     g.output(ops.reduce_sum(ops.relu(x), (1,)), "s")
-    ex = compile_for(g, "cuda-host", cache_dir=cache)
+    ex = compile_for(g, target, cache_dir=cache)
     for n in (1, 3, 1):
         v = np.random.default_rng(n).standard_normal((n, 4), dtype=np.float32)
         want = gradc.compile(g, target="reference")(x=v)["s"]
         assert_bits(ex(x=v)["s"], want)
     assert len(ex._runner.runners) == 2
+
+
+@pytest.mark.skipif("cuda" not in cuda_targets(), reason="needs the GPU (GRADC_TEST_CUDA)")
+def test_torch_cuda_tensors_in_and_device_arrays_out(cache):
+    """GPU arrays of another library are read where they lie, and an output kept on the
+    device is read by that library without a host copy."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    g = gradc.Graph("t")
+    g.output(ops.relu(g.input("x", "float32", (64, 8))), "y")
+    ex = gradc.compile(g, target="cuda", cache_dir=cache, keep_on_device=["y"])
+    x = torch.randn(64, 8, device="cuda")
+    y = ex(x=x)["y"]
+    assert torch.equal(torch.as_tensor(y, device="cuda"), torch.relu(x))
+    with pytest.raises(InputError, match="C-contiguous"):
+        ex(x=x.t().contiguous().t())
+    assert np.array_equal(np.asarray(ex(x=x.cpu().numpy())["y"]), torch.relu(x).cpu().numpy())
 
 
 def _tiny_cnn() -> gradc.Graph:
@@ -183,6 +205,7 @@ def test_trainer_on_cuda_equals_the_c_target(target, cache):
     assert all(type(a) is np.ndarray for a in tg.parameters.values())
 
 
+@needs_host
 def test_barriers_hold_in_the_host_harness(cache):
     """A block-wide tree sum over shared memory: correct only if no thread passes a
     __syncthreads before all have reached it (the harness runs such kernels as fibers); the
@@ -245,6 +268,7 @@ def test_without_a_gpu_compile_says_what_is_missing():
         pytest.skip("a GPU is present")
 
 
+@needs_host
 def test_options_are_checked(cache):
     g = gradc.Graph("t")
     g.output(ops.neg(g.input("x", "float32", (2,))), "y")

@@ -86,6 +86,7 @@ class DeviceArray:
         if not self._on_device:
             raise AttributeError("a DeviceArray of the host harness (runtime='host') is not "
                                  "in GPU memory")
+        self._owner.synchronize()  # the step may still run on gradc's stream: finish it first
         return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False),
                 "version": 3, "strides": None, "stream": None}
 

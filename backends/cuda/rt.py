@@ -113,12 +113,24 @@ def _nvrtc_check(m: Any, err: Any, call: str) -> None:
         raise GradcError(f"cuda target: {call} failed ({err!r})")
 
 
+_OPEN: dict[int, tuple[Any, str, Any, Any]] = {}  # ordinal -> (device, arch, context, stream)
+
+
 class DeviceDriver:
-    """One GPU through the driver API: the primary context, one stream, device memory."""
+    """One GPU through the driver API: its primary context and one stream (shared by every
+    executable on that GPU), device memory, CUBINs compiled by ``compile``."""
 
     def __init__(self, compile: Callable[[str, str], bytes], ordinal: int = 0) -> None:
         self._compile = compile  # (source, architecture) -> CUBIN (build.compile_cubin)
-        d = self.d = _bindings("driver")
+        self.d = _bindings("driver")
+        if ordinal not in _OPEN:
+            _OPEN[ordinal] = self._open(ordinal)
+        self.device, self.arch, self.context, self.stream = _OPEN[ordinal]
+        self._keep: list[Any] = []  # launch parameter arrays, alive while graphs use them
+
+    def _open(self, ordinal: int) -> tuple[Any, str, Any, Any]:
+        """Initialize the driver and open a GPU (UnsupportedError without one)."""
+        d = self.d
         try:
             (err,) = d.cuInit(0)
         except RuntimeError:  # libcuda.so.1 is not installed
@@ -131,17 +143,16 @@ class DeviceDriver:
         if not 0 <= ordinal < count:
             raise UnsupportedError(f"cuda target: device: expected a GPU in 0..{count - 1}, "
                                    f"got {ordinal}")
-        self.device = self._ok(d.cuDeviceGet(ordinal), "cuDeviceGet")
+        device = self._ok(d.cuDeviceGet(ordinal), "cuDeviceGet")
         attr = d.CUdevice_attribute
         major = self._ok(d.cuDeviceGetAttribute(
-            attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self.device), "attribute")
+            attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device), "attribute")
         minor = self._ok(d.cuDeviceGetAttribute(
-            attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.device), "attribute")
-        self.arch = f"sm_{major}{minor}"
-        self.context = self._ok(d.cuDevicePrimaryCtxRetain(self.device), "cuDevicePrimaryCtxRetain")
-        self._current()
-        self.stream = self._ok(d.cuStreamCreate(1), "cuStreamCreate")  # non-blocking
-        self._keep: list[Any] = []  # launch parameter arrays, alive while graphs use them
+            attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device), "attribute")
+        context = self._ok(d.cuDevicePrimaryCtxRetain(device), "cuDevicePrimaryCtxRetain")
+        self._ok(d.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+        stream = self._ok(d.cuStreamCreate(1), "cuStreamCreate")  # non-blocking
+        return device, f"sm_{major}{minor}", context, stream
 
     # -- helpers ----------------------------------------------------------------------------
     def _name(self, err: Any) -> str:
@@ -182,22 +193,25 @@ class DeviceDriver:
         return int(self._ok(self.d.cuMemAlloc(max(1, nbytes)), "cuMemAlloc"))
 
     def free(self, ptr: int) -> None:
-        """Free what ``alloc`` returned."""
-        self._ok(self.d.cuMemFree(self._ptr(ptr)), "cuMemFree")
+        """Free what ``alloc`` returned (quietly: it runs from finalizers, also at exit)."""
+        self.d.cuMemFree(self._ptr(ptr))
 
     def upload(self, dst: int, src: np.ndarray) -> None:
         """Host -> device, ordered on the stream."""
+        self._current()  # a call may come from another thread than the one that compiled
         self._ok(self.d.cuMemcpyHtoDAsync(self._ptr(dst), src.ctypes.data, src.nbytes,
                                           self.stream), "cuMemcpyHtoDAsync")
 
     def download(self, dst: np.ndarray, src: int) -> None:
         """Device -> host, after everything before it on the stream."""
+        self._current()
         self._ok(self.d.cuMemcpyDtoHAsync(dst.ctypes.data, self._ptr(src), dst.nbytes,
                                           self.stream), "cuMemcpyDtoHAsync")
         self.synchronize()
 
     def copy(self, dst: int, src: int, nbytes: int) -> None:
         """Device -> device, ordered on the stream."""
+        self._current()
         self._ok(self.d.cuMemcpyDtoDAsync(self._ptr(dst), self._ptr(src), nbytes, self.stream),
                  "cuMemcpyDtoDAsync")
 
@@ -208,6 +222,7 @@ class DeviceDriver:
         arg = np.array([arena], np.uint64)
         params = np.array([arg.ctypes.data], np.uint64)
         self._keep += [arg, params]
+        self._current()
         mode = d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
         self._ok(d.cuStreamBeginCapture(self.stream, mode), "cuStreamBeginCapture")
         try:
@@ -220,6 +235,7 @@ class DeviceDriver:
 
     def replay(self, graph: Any) -> None:
         """Launch a captured graph on the stream."""
+        self._current()
         self._ok(self.d.cuGraphLaunch(graph, self.stream), "cuGraphLaunch")
 
     def synchronize(self) -> None:

@@ -69,6 +69,10 @@ class CudaRunner:
         """A device -> host copy after the work queued so far (for ``DeviceArray``)."""
         self.driver.download(dst, src)
 
+    def synchronize(self) -> None:
+        """Wait for the work queued so far (before another library reads a ``DeviceArray``)."""
+        self.driver.synchronize()
+
     def __call__(self, arrays: Mapping[str, Any], bindings: Mapping[str, int]
                  ) -> dict[str, Any]:
         with self._lock:
