@@ -74,3 +74,20 @@ def test_no_user_name_reaches_the_source():
     g.output(gradc.ops.relu(x), "y\n#define gcpwned2")
     src = generate(g, {}).source
     assert "gcpwned" not in src and "evil" not in src
+
+
+def test_huge_axes_are_refused_before_any_table_is_built():
+    """A pooling or resampling axis whose geometry tables would be huge (a legal type of
+    terabytes) is refused in milliseconds, not generated."""
+    import time
+
+    from gradc.errors import UnsupportedError
+
+    for fn in (lambda x: gradc.ops.max_pooling(x, (1, 2), (1, 2)),
+               lambda x: gradc.ops.resample(x, (1, 1, 1, 0.5), "linear")):
+        g = gradc.Graph("t")
+        g.output(fn(g.input("x", "float32", (1, 1, 1, 2 ** 40))), "y")
+        start = time.perf_counter()
+        with pytest.raises(UnsupportedError, match="baked into its source"):
+            generate(g, {})
+        assert time.perf_counter() - start < 1.0

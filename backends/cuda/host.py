@@ -111,7 +111,10 @@ class HostDriver:
 
     def alloc(self, nbytes: int) -> int:
         """Host memory standing in for device memory (256-byte aligned, as cuMemAlloc's)."""
-        raw = np.empty(max(1, nbytes) + 256, np.uint8)
+        try:
+            raw = np.empty(max(1, nbytes) + 256, np.uint8)
+        except ValueError:  # larger than NumPy can index: out of memory, as on the device
+            raise MemoryError(f"cuda target: {nbytes} bytes of host harness memory") from None
         ptr = raw.ctypes.data + (-raw.ctypes.data % 256)
         self._memory[ptr] = raw
         return ptr

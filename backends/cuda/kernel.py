@@ -15,12 +15,24 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
+from gradc.errors import UnsupportedError
 from gradc.ir.types import Dim
 
 from gradc.backends.c.kernel import Kernel
 
 BLOCK = 256  # threads per block (GC_BLOCK of the prelude; __launch_bounds__)
 MAX_GRID = 4096  # blocks: more work items than BLOCK * MAX_GRID are strided over
+# Entries of one baked ``__device__`` table (the geometry of a pooling or resampling axis): the
+# tables are source text, so their size bounds the time and memory of generating and compiling.
+TABLE_BUDGET = 1 << 18
+
+
+def check_table(op: str, what: str, n: int) -> None:
+    """UnsupportedError when a table of ``n`` entries would exceed ``TABLE_BUDGET``."""
+    if n > TABLE_BUDGET:
+        raise UnsupportedError(f"cuda target: {op}: expected {what} of at most {TABLE_BUDGET} "
+                               f"entries (the kernel's tables are baked into its source), "
+                               f"got {n}")
 
 
 @dataclass

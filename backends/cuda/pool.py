@@ -19,23 +19,20 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from gradc.errors import UnsupportedError
 from gradc.ir.ops.common import lowest
 
 from gradc.backends.c.ctypes_map import CType, ctype, literal
 from gradc.backends.c.kernel import anchored, ctx_gen
 from gradc.backends.c.scalar import narrow, widen
 from gradc.backends.c.writer import CWriter
-from gradc.backends.cuda.kernel import CudaKernel, coords, row_major, static_shape
-
-TABLE_BUDGET = 1 << 20  # entries of one axis' table of windows per input position
-
+from gradc.backends.cuda.kernel import CudaKernel, check_table, coords, row_major, static_shape
 
 class _Axis:
     """One spatial axis: per output coordinate its window's valid taps (first position,
     count), and per input position the output coordinates that reach it."""
 
     def __init__(self, n: int, out: int, w: int, s: int, sp: int, d: int) -> None:
+        check_table("max_pooling", "spatial axes", max(n, out))
         self.n, self.out, self.d = n, out, d
         self.first: list[int] = []
         self.count: list[int] = []
@@ -49,10 +46,7 @@ class _Axis:
             self.first.append(base + k_lo * d if cnt else 0)
             self.count.append(cnt)
             entries += cnt
-            if entries > TABLE_BUDGET:
-                raise UnsupportedError(f"cuda target: max_pooling: expected windows with at "
-                                       f"most {TABLE_BUDGET} taps in all on an axis, got more "
-                                       f"(axis of {n} with {out} windows)")
+            check_table("max_pooling", "window taps per axis", entries)
             for j in range(cnt):
                 reach[base + (k_lo + j) * d].append(o)
         self.start = [0]

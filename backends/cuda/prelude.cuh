@@ -7,7 +7,7 @@
  *   INFINITY) are defined here;
  * - nvcc: the C headers;
  * - the host harness (GC_HOST, backends/cuda/host.h included first): the same kernels compiled
- *   as C++ by the system compiler for CI, blockIdx/threadIdx set by a loop over the grid.
+ *   as C++ by the host's C++ compiler for CI, blockIdx/threadIdx set by a loop over the grid.
  *
  * After it come the C target's numeric helpers (float16 conversions, float-to-integer casts,
  * integer wrap-around: prelude.h of the C target, copied verbatim) with GC_INLINE defined as

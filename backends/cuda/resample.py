@@ -23,7 +23,7 @@ from gradc.ir.ops.resample import all_taps
 from gradc.backends.c.ctypes_map import CType, ctype
 from gradc.backends.c.kernel import anchored, ctx_gen
 from gradc.backends.c.scalar import narrow, widen
-from gradc.backends.cuda.kernel import CudaKernel, coords, row_major, static_shape
+from gradc.backends.cuda.kernel import CudaKernel, check_table, coords, row_major, static_shape
 
 
 def _bits(w: np.ndarray) -> list[int]:
@@ -45,6 +45,7 @@ def emit_resample(k: CudaKernel) -> None:
     x, y = n.inputs[0], n.outputs[0]
     t = ctype(x.type.dtype)
     xs, ys = static_shape(k, x.type.shape), static_shape(k, y.type.shape)
+    check_table("resample", "axes", max(xs + ys))
     taps = all_taps(n.attrs, ys, xs)
     xst = row_major(xs)
     idx = [[k.table("int64_t", tap[0].tolist()) for tap in axis] for axis in taps]
@@ -96,6 +97,7 @@ def emit_resample_grad(k: CudaKernel) -> None:
     dy, res = an.operand(0), an.result
     t = ctype(dy.type.dtype)
     ys, out = static_shape(k, dy.type.shape), static_shape(k, res.type.shape)
+    check_table("resample_grad", "axes", max(ys + out))
     taps = all_taps(an.anchor.attrs, ys, out)
     yst = row_major(ys)
     tabs = []

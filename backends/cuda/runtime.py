@@ -58,8 +58,8 @@ class CudaRunner:
         self.functions = [(driver.function(module, x.kernel), x.grid, x.block, x.barrier)
                           for x in program.launches]
         self.arena_bytes = program.arena_bytes
-        self.arena = driver.alloc(program.arena_bytes)
-        weakref.finalize(self, driver.free, self.arena)
+        self.arena = 0  # allocated on the first call (a MemoryError there is the Executable's
+        # ResourceError, naming the graph's largest value)
         self.graph: Any = None
         self._staging: tuple[int, int] | None = None  # (address, bytes) for in-arena sources
         self._views: dict[int, DeviceArray] = {}  # output index -> its view (one object)
@@ -76,6 +76,9 @@ class CudaRunner:
     def __call__(self, arrays: Mapping[str, Any], bindings: Mapping[str, int]
                  ) -> dict[str, Any]:
         with self._lock:
+            if not self.arena:
+                self.arena = self.driver.alloc(self.arena_bytes)
+                weakref.finalize(self, self.driver.free, self.arena)
             self._inputs(arrays)
             if self.graph is None and self.functions:
                 self.graph = self.driver.capture(self.functions, self.arena)
