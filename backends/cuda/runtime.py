@@ -120,6 +120,8 @@ class CudaRunner:
                 d.copy(slot, a.ptr, int(np.prod(a.shape, dtype=np.int64)) * a.dtype.itemsize)
             else:
                 d.copy(slot, a[0], a[1])
+        if others:
+            d.synchronize()  # the caller may free its arrays once the call returns
 
     def _stage(self, nbytes: int) -> int:
         """A device buffer of at least ``nbytes`` for sources inside the arena."""
