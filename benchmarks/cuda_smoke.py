@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import gradc  # noqa: E402
-from cuda_cases import CASES, SUMMED, TRANSCENDENTAL  # noqa: E402
+from cuda_cases import CASES, SUMMED, TRANSCENDENTAL, tiny_cnn  # noqa: E402
 
 
 def _same(got: np.ndarray, want: np.ndarray, name: str) -> bool:
@@ -66,10 +66,9 @@ def run_case(name: str, cache: str, repeat: int) -> bool:
 
 
 def run_trainer(cache: str) -> bool:
-    from test_cuda_runtime import _tiny_cnn  # lazy: the test module needs pytest
     opt = gradc.optim.Adam(0.05)
-    tc = gradc.Trainer(_tiny_cnn(), opt, loss="cross_entropy", target="c")
-    tg = gradc.Trainer(_tiny_cnn(), opt, loss="cross_entropy", target="cuda", cache_dir=cache)
+    tc = gradc.Trainer(tiny_cnn(), opt, loss="cross_entropy", target="c")
+    tg = gradc.Trainer(tiny_cnn(), opt, loss="cross_entropy", target="cuda", cache_dir=cache)
     rng = np.random.default_rng(1)
     ok = True
     for step in range(3):

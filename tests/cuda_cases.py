@@ -219,6 +219,22 @@ def reductions(dtype: str) -> Case:
     return make
 
 
+def tiny_cnn() -> gradc.Graph:
+    """A model whose training step uses only ops of the cuda target (no gemm): a per-channel
+    scale and bias, relu, max pooling, a mean, class scores by broadcasting, cross entropy."""
+    rng = np.random.default_rng(5)
+    g = gradc.Graph("tiny")
+    x = g.input("x", "float32", (4, 3, 6, 6))
+    w = g.add_parameter("w", rng.standard_normal((1, 3, 1, 1)).astype(np.float32))
+    b = g.add_parameter("b", rng.standard_normal((1, 3, 1, 1)).astype(np.float32))
+    k = g.add_parameter("k", rng.standard_normal((5, 3)).astype(np.float32))
+    with g:
+        h = ops.max_pooling(ops.relu(ops.add(ops.mul(x, w), b)), (2, 2), (2, 2))
+        f = ops.reshape(ops.reduce_mean(h, (2, 3)), (4, 1, 3))
+        g.output(ops.reduce_sum(ops.mul(f, k), (2,)), "y")
+    return g
+
+
 CASES: dict[str, Case] = {}
 for _d in FLOATS:
     CASES[f"elementwise_{_d}"] = elementwise_chain(_d)

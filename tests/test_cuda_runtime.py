@@ -19,6 +19,7 @@ from gradc.backends.cuda.arrays import DeviceArray
 from gradc.backends.cuda.prelude import PRELUDE
 from gradc.errors import InputError, UnsupportedError
 
+from cuda_cases import tiny_cnn
 from helpers import assert_bits, compile_for, cuda_targets
 
 HOST = "cuda-host" in cuda_targets()
@@ -162,28 +163,12 @@ def test_torch_cuda_tensors_in_and_device_arrays_out(cache):
     assert np.array_equal(np.asarray(ex(x=x.cpu().numpy())["y"]), torch.relu(x).cpu().numpy())
 
 
-def _tiny_cnn() -> gradc.Graph:
-    """A model whose training step uses only ops of the cuda target (no gemm): a per-channel
-    scale and bias, relu, max pooling, a mean, class scores by broadcasting, cross entropy."""
-    rng = np.random.default_rng(5)
-    g = gradc.Graph("tiny")
-    x = g.input("x", "float32", (4, 3, 6, 6))
-    w = g.add_parameter("w", rng.standard_normal((1, 3, 1, 1)).astype(np.float32))
-    b = g.add_parameter("b", rng.standard_normal((1, 3, 1, 1)).astype(np.float32))
-    k = g.add_parameter("k", rng.standard_normal((5, 3)).astype(np.float32))
-    with g:
-        h = ops.max_pooling(ops.relu(ops.add(ops.mul(x, w), b)), (2, 2), (2, 2))
-        f = ops.reshape(ops.reduce_mean(h, (2, 3)), (4, 1, 3))
-        g.output(ops.reduce_sum(ops.mul(f, k), (2,)), "y")
-    return g
-
-
 @pytest.mark.parametrize("target", cuda_targets())
 def test_trainer_on_cuda_equals_the_c_target(target, cache):
     opt = gradc.optim.Adam(0.05)
     extra = {"runtime": "host"} if target == "cuda-host" else {}
-    tc = gradc.Trainer(_tiny_cnn(), opt, loss="cross_entropy", target="c")
-    tg = gradc.Trainer(_tiny_cnn(), opt, loss="cross_entropy", target="cuda", cache_dir=cache,
+    tc = gradc.Trainer(tiny_cnn(), opt, loss="cross_entropy", target="c")
+    tg = gradc.Trainer(tiny_cnn(), opt, loss="cross_entropy", target="cuda", cache_dir=cache,
                        **extra)
     rng = np.random.default_rng(1)
     for step in range(3):
