@@ -36,7 +36,17 @@ def cuda_targets() -> tuple[str, ...]:
 
 def compile_for(graph: gradc.Graph, target: str, **opts: Any) -> gradc.Executable:
     """``gradc.compile`` for a test target name: a target of ``TARGETS``, or ``"cuda-host"``
-    (the cuda target with ``runtime="host"``)."""
+    (the cuda target with ``runtime="host"``). On a cuda mode, a graph with an op that the cuda
+    target does not lower yet (``PENDING`` in test_completeness.py) skips the test."""
+    if target.startswith("cuda"):
+        from gradc.backends import TARGETS
+
+        missing = sorted({n.op for n in graph.nodes} - set(TARGETS["cuda"].lowerings())
+                         - {"constant", "fused"})
+        if missing:
+            import pytest
+
+            pytest.skip(f"the cuda target does not lower {', '.join(missing)} yet")
     if target == "cuda-host":
         return gradc.compile(graph, target="cuda", runtime="host", **opts)
     return gradc.compile(graph, target=target, **opts)

@@ -47,7 +47,8 @@ SHARED_BACKEND = "reference"  # gradc.backends.reference, even as a package, ser
 # CUDA kernels are C: the cuda target shares the C target's text layer (never its program,
 # compiler or runtime); the C target imports nothing of cuda.
 C_TEXT = frozenset(f"gradc.backends.c.{m}" for m in ("writer", "ctypes_map", "scalar",
-                                                     "elementwise_math", "kernel", "prelude"))
+                                                     "elementwise_math", "activation", "kernel",
+                                                     "prelude"))
 BUILDS_ON = {"cuda": C_TEXT}
 
 

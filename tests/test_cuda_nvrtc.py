@@ -44,7 +44,8 @@ def test_every_case_compiles_to_a_cubin(name, nvrtc_cache):
     assert cubin[:4] == b"\x7fELF"
 
 
-UNARY = ("relu", "neg", "identity", "sqrt", "exp", "log", "tanh", "sigmoid")
+UNARY = ("relu", "neg", "identity", "sqrt", "exp", "log", "tanh", "sigmoid", "erf", "sin", "cos",
+         "gelu")
 FLOATS = ("float16", "float32", "float64")
 
 
@@ -62,7 +63,9 @@ def _all_elementwise(dtype: str) -> gradc.Graph:
         outs |= {op: getattr(ops, op)(a) for op in UNARY}
         outs |= {"div": ops.div(a, b), "pow": ops.pow(a, 3.0), "lr": ops.leaky_relu(a, 0.2),
                  "clip": ops.clip(a, -1.0, 2.0), "cg": ops.clip_grad(a, ops.neg(a), -1.0, 2.0),
-                 "rg": ops.relu_grad(a, ops.neg(a))}
+                 "rg": ops.relu_grad(a, ops.neg(a)), "isnan": ops.is_nan(a),
+                 "gelu_t": ops.gelu(a, "tanh"), "gg": ops.gelu_grad(a, ops.neg(a)),
+                 "gg_t": ops.gelu_grad(a, ops.neg(a), "tanh")}
     else:
         outs |= {"clip": ops.clip(a, 0, 9), "cf": ops.cast(a, "float64")}
     for k, v in outs.items():
