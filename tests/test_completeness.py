@@ -48,14 +48,6 @@ PENDING: dict[tuple[str, str], str] = {
     **{("cuda", op): _CUDA_NEXT + "gemm and convolution as tiled shared-memory kernels summing "
        "each output in the canonical order" for op in
        ("gemm", "convolution", "convolution_filter_grad")},
-    **{("cuda", op): _CUDA_NEXT + "batch normalization with per-channel sums in the canonical "
-       "order" for op in ("batch_normalization", "batch_normalization_grad",
-                          "batch_normalization_training", "batch_normalization_training_grad")},
-    **{("cuda", op): _CUDA_NEXT + "average pooling as gathers (a thread per output element)"
-       for op in ("average_pooling", "average_pooling_grad")},
-    ("cuda", "adam_optimizer"): _CUDA_NEXT + "the optimizer update of all parameters in one "
-                                             "kernel",
-    ("cuda", "random_generator"): _CUDA_NEXT + "Philox4x32-10 per element, as the C target",
 }
 
 OPS = sorted(REGISTRY)
