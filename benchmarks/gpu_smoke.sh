@@ -53,6 +53,8 @@ if [ "$HAVE_PYTEST" = 1 ]; then
   GRADC_TEST_CUDA=only $PY -m pytest -q -p no:cacheprovider \
     tests/test_cuda_kernels.py tests/test_cuda_runtime.py tests/test_cuda_nvrtc.py \
     tests/test_cuda_golden.py tests/test_cuda_nan.py tests/test_onnx_where_types.py \
+    tests/test_cuda_training.py tests/test_batch_norm.py tests/test_batch_norm_grad.py \
+    tests/test_average_pooling.py tests/test_adam.py tests/test_dropout.py tests/test_rng.py \
     tests/test_elementwise_math.py tests/test_elementwise_math_c.py \
     tests/test_elementwise_math_grad.py tests/test_reduce.py tests/test_softmax.py \
     tests/test_movement.py tests/test_optimizers.py tests/test_losses.py \
