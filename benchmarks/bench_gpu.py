@@ -14,14 +14,14 @@ AdamW(lr 1e-3, weight_decay 0.01), float32, TF32 off) of:
 - **PyTorch eager**, **torch.compile** and **torch.compile(mode="reduce-overhead")** (CUDA graphs)
   of a copy of the same model, ``AdamW(fused=True)``, ``loss.item()`` per step.
 
-Each peer: warm-up steps (the first is the compile, reported as "compile s"), then ``--steps``
-timed steps, each ended by reading the loss: median and min ms. At batch 64 torch.compile's
-default mode is left out unless ``--all-modes`` (the issue's table; it saves minutes of
-compiling). "kernels" is the launches of gradc's step (its CUDA graph) and, for eager, the
-kernels one step runs (torch.profiler). gradc's step is then run once more with its launches
-issued one by one (no graph), a CUDA event after each, and the times summed per kernel group
-(op or fused group): what the next bottleneck is. Events between launches add about a
-microsecond to each.
+Each peer: warm-up steps (the first is the compile, reported as "compile s"), then ``--steps`` timed
+steps, each ended by reading the loss: median and min ms; the first step's losses of gradc and eager
+(same weights and batch, dropout at 0) should agree to float32 rounding. At batch 64 torch.compile's
+default mode is left out unless ``--all-modes`` (the issue's table; it saves minutes of compiling).
+"kernels" is the launches of gradc's step (its CUDA graph) and, for eager, the kernels one step runs
+(torch.profiler). gradc's step is then run once more with its launches issued one by one (no graph),
+a CUDA event after each, and the times summed per kernel group (op or fused group): what the next
+bottleneck is. Events between launches add about a microsecond to each.
 
 Seed gradient kernels (``--seed-mb``, default 256 MB per tensor): relu_grad, clip_grad,
 slice_grad, max_pooling_grad (2x2, stride 2) and resample_grad (nearest, x2) compiled by gradc
@@ -349,7 +349,8 @@ def step_table(results: list[dict[str, Any]]) -> list[str]:
     """ms per step (median / min), compile s, kernels per step, speed-ups."""
     out = ["| model | batch | " + " | ".join(f"{p} ms (min)" for p in PEERS)
            + " | gradc / eager | gradc / fastest torch | compile s (gradc, compile, r-o) "
-           "| kernels (gradc, eager) |", "|---|---:|" + "---:|" * (len(PEERS) + 4)]
+           "| kernels (gradc, eager) | first loss (gradc, eager) |",
+           "|---|---:|" + "---:|" * (len(PEERS) + 5)]
     notes = []
     for res in results:
         p = res["peers"]
@@ -370,8 +371,10 @@ def step_table(results: list[dict[str, Any]]) -> list[str]:
         comp = ", ".join(f"{p[k]['compile']:.1f}" if k in p and "compile" in p[k] else "-"
                          for k in ("gradc cuda", "compile", "reduce-overhead"))
         kern = ", ".join(str(p.get(k, {}).get("kernels", "-")) for k in ("gradc cuda", "eager"))
+        loss = ", ".join(f"{p[k]['loss']:.5g}" if "loss" in p.get(k, {}) else "-"
+                         for k in ("gradc cuda", "eager"))
         out.append(f"| {res['model']} | {res['batch']} | " + " | ".join(cells)
-                   + f" | {speed[0]} | {speed[1]} | {comp} | {kern} |")
+                   + f" | {speed[0]} | {speed[1]} | {comp} | {kern} | {loss} |")
     return out + ([""] + notes if notes else [])
 
 
