@@ -6,7 +6,8 @@ operation; so does the reference. An NVIDIA GPU makes its canonical NaN instead 
 asks for the reference's bits, payloads included, from every exact op). This table replaces the
 expressions whose result can be a NaN made by floating-point arithmetic -- ``add``, ``sub``,
 ``mul``, ``div``, ``sqrt``, ``neg``, float <-> double ``cast``, ``leaky_relu``'s product, and the
-libm functions' results -- with calls of the prelude's ``x86nan.cuh`` helpers, which compute the
+results of the transcendental functions (the C target's own double-precision step, wrapped) --
+with calls of the prelude's ``x86nan.cuh`` helpers, which compute the
 operation natively and select x86's NaN where the result is one. Selections (relu, clip,
 maximum, where, comparisons, ...) and integer arithmetic move or compare stored values and are
 the C target's own. Float16 is widened exactly, computed in float, rounded once (as in C).
@@ -18,6 +19,8 @@ that misses a fixup fails on the CPU.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+import typing
 from typing import Mapping
 
 from gradc.ir.core import Node
@@ -69,29 +72,28 @@ def from_double(t: CType, e: str) -> str:
     return e if t.dtype == DType.float64 else f"gc_d2f({e})"
 
 
-def libm(call: str) -> Scalar:
-    """``call`` (a format string of ``x``, the double argument) evaluated in double, its NaN
-    x86's: the argument's own (quieted) or the default NaN, as glibc returns them."""
-    def emit(node: Node, a: list[str]) -> str:
-        t = _t(node)
-        x = to_double(t, a[0])
-        return from_double(t, f"gc_nan1_f64({x}, {call.format(x=x, **node.attrs)})")
-    return emit
+class _AsDouble:
+    """A node seen with float64 operands and result: the C target's expression of it is then
+    its step in double alone (no widening or rounding around it), whichever functions the C
+    target calls for it (libm's or its own)."""
+
+    def __init__(self, node: Node) -> None:
+        f64 = SimpleNamespace(type=SimpleNamespace(dtype=DType.float64))
+        self.op, self.attrs = node.op, node.attrs
+        self.inputs, self.outputs = [f64] * len(node.inputs), [f64] * len(node.outputs)
 
 
-def pow_(node: Node, a: list[str]) -> str:
+def in_double(node: Node, args: list[str]) -> str:
+    """The C target's expression of ``node`` evaluated in double on the double ``args``."""
+    return SCALAR[node.op](typing.cast(Node, _AsDouble(node)), args)
+
+
+def libm(node: Node, a: list[str]) -> str:
+    """The C target's double-precision function of the (x86-widened) operand, its NaN x86's:
+    the argument's own, quieted, or the default NaN (as glibc returns them), rounded once."""
     t = _t(node)
     x = to_double(t, a[0])
-    e = float_literal(float(node.attrs["exponent"]), "double")
-    return from_double(t, f"gc_nan1_f64({x}, pow({x}, {e}))")
-
-
-def sigmoid(node: Node, a: list[str]) -> str:
-    """``1 / (1 + exp(-x))`` in double, each step with x86's NaN (a NaN's sign flips, as on
-    x86: the negation is a sign flip and the rest propagate it)."""
-    t = _t(node)
-    n = f"gc_neg_f64({to_double(t, a[0])})"
-    return from_double(t, f"gc_div_f64(1.0, gc_add_f64(1.0, gc_nan1_f64({n}, exp({n}))))")
+    return from_double(t, f"gc_nan1_f64({x}, {in_double(node, [x])})")
 
 
 def leaky_relu(node: Node, a: list[str]) -> str:
@@ -115,10 +117,11 @@ def cast(node: Node, a: list[str]) -> str:
 
 
 def gelu_grad(node: Node, a: list[str]) -> str:
-    """dY times the slope (in double, rounded to the accumulation type); the slope's only NaN is
-    the C prelude's ``(double)NAN`` for a non-finite x."""
+    """dY times the slope: the C target's slope in double (its product with 1.0, exact), its NaN
+    fixed up, rounded to the accumulation type, then one product with x86's NaN."""
     t = _t(node)
-    d = f"gc_nanlit_f64(gc_gelu_{node.attrs['approximation']}_slope({to_double(t, a[0])}))"
+    x = to_double(t, a[0])
+    d = f"gc_nan1_f64({x}, {in_double(node, [x, '1.0'])})"
     if t.dtype == DType.float64:
         return f"gc_mul_f64({a[1]}, {d})"
     product = f"gc_mul_f32({'gc_h2f(' + a[1] + ')' if t.is_f16 else a[1]}, gc_d2f({d}))"
@@ -128,7 +131,6 @@ def gelu_grad(node: Node, a: list[str]) -> str:
 CUDA_SCALAR: Mapping[str, Scalar] = {
     **SCALAR,
     **{op: _arith(op, SCALAR[op]) for op in ("add", "sub", "mul", "div", "sqrt")},
-    "neg": neg, "cast": cast, "leaky_relu": leaky_relu, "pow": pow_, "sigmoid": sigmoid,
-    **{op: libm(f"{op}({{x}})") for op in ("exp", "log", "tanh", "erf", "sin", "cos")},
-    "gelu": libm("gc_gelu_{approximation}({x})"), "gelu_grad": gelu_grad,
+    "neg": neg, "cast": cast, "leaky_relu": leaky_relu, "gelu_grad": gelu_grad,
+    **{op: libm for op in ("exp", "log", "tanh", "pow", "sigmoid", "erf", "sin", "cos", "gelu")},
 }

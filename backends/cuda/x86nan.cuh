@@ -15,7 +15,7 @@
  * bits whatever NaN the hardware made (the host harness checks it by making every NaN canonical,
  * host_gpunan.h). A number result is the native one: IEEE, correctly rounded on both.
  */
-GC_INLINE double gc_bits2d(uint64_t u) { double d; memcpy(&d, &u, 8); return d; }
+GC_INLINE double gc_x86_bits2d(uint64_t u) { double d; memcpy(&d, &u, 8); return d; }
 
 /* r, or x86's NaN of an operation on (a, b) when r is NaN */
 GC_INLINE float gc_nan2_f32(float a, float b, float r) {
@@ -27,7 +27,7 @@ GC_INLINE double gc_nan2_f64(double a, double b, double r) {
     const uint64_t quiet = UINT64_C(0x0008000000000000);
     const uint64_t q = a != a ? gc_d2bits(a) | quiet
                      : (b != b ? gc_d2bits(b) | quiet : UINT64_C(0xfff8000000000000));
-    return r != r ? gc_bits2d(q) : r;
+    return r != r ? gc_x86_bits2d(q) : r;
 }
 /* r, or x86's NaN of a function of a when r is NaN */
 GC_INLINE float gc_nan1_f32(float a, float r) {
@@ -37,7 +37,7 @@ GC_INLINE float gc_nan1_f32(float a, float r) {
 GC_INLINE double gc_nan1_f64(double a, double r) {
     const uint64_t q = a != a ? gc_d2bits(a) | UINT64_C(0x0008000000000000)
                               : UINT64_C(0xfff8000000000000);
-    return r != r ? gc_bits2d(q) : r;
+    return r != r ? gc_x86_bits2d(q) : r;
 }
 
 GC_INLINE float gc_add_f32(float a, float b) { return gc_nan2_f32(a, b, a + b); }
@@ -54,7 +54,7 @@ GC_INLINE double gc_sqrt_f64(double a) { return gc_nan1_f64(a, sqrt(a)); }
 /* negation flips the sign bit (x86's xorps), NaN or not */
 GC_INLINE float gc_neg_f32(float a) { return gc_bits2f(gc_f2bits(a) ^ 0x80000000u); }
 GC_INLINE double gc_neg_f64(double a) {
-    return gc_bits2d(gc_d2bits(a) ^ UINT64_C(0x8000000000000000));
+    return gc_x86_bits2d(gc_d2bits(a) ^ UINT64_C(0x8000000000000000));
 }
 
 /* float <-> double as cvtss2sd / cvtsd2ss: a NaN keeps its sign and the top of its payload */
@@ -62,7 +62,7 @@ GC_INLINE double gc_f2d(float a) {
     const uint32_t u = gc_f2bits(a);
     const uint64_t n = ((uint64_t)(u & 0x80000000u) << 32) | UINT64_C(0x7ff8000000000000)
                        | ((uint64_t)(u & 0x003fffffu) << 29);
-    return a != a ? gc_bits2d(n) : (double)a;
+    return a != a ? gc_x86_bits2d(n) : (double)a;
 }
 GC_INLINE float gc_d2f(double a) {
     const uint64_t u = gc_d2bits(a);
@@ -72,5 +72,5 @@ GC_INLINE float gc_d2f(double a) {
 }
 /* a result of the C prelude's gelu slopes, whose only NaN is the literal (double)NAN */
 GC_INLINE double gc_nanlit_f64(double r) {
-    return r != r ? gc_bits2d(UINT64_C(0x7ff8000000000000)) : r;
+    return r != r ? gc_x86_bits2d(UINT64_C(0x7ff8000000000000)) : r;
 }
