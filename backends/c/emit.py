@@ -28,6 +28,8 @@ from gradc.backends.c import conv as conv_kernels
 from gradc.backends.c import gemm as gemm_kernels
 from gradc.backends.c import batch_norm as batch_norm_kernels
 from gradc.backends.c import training as training_kernels
+from gradc.backends.c import normalization as normalization_kernels
+from gradc.backends.c import gather as gather_kernels
 from gradc.backends.c.kernel import Kernel
 from gradc.backends.c.pool import emit_max_pooling, emit_max_pooling_grad
 from gradc.backends.c.resample import emit_resample, emit_resample_grad
@@ -55,6 +57,8 @@ def _emitters() -> dict[str, Emitter]:
     table.update(gemm_kernels.EMITTERS)
     table.update(batch_norm_kernels.EMITTERS)
     table.update(training_kernels.EMITTERS)
+    table.update(normalization_kernels.EMITTERS)
+    table.update(gather_kernels.EMITTERS)
     return table
 
 
@@ -192,7 +196,23 @@ def generate(graph: Graph, shapes: Mapping[str, int] | None = None,
     plan.dims = Dims(symbols, dict(shapes or {}))
     _hoist_sinks(plan)
     granted = _plan_in_place(graph, plan, in_place or {})
+    granted = _checks_before_writes(graph, plan, granted)
     return _Builder(graph, plan, symbols, granted, profile).build()
+
+
+def _checks_before_writes(graph: Graph, plan: _Plan, granted: dict[int, int]) -> dict[int, int]:
+    """Every kernel that may raise an input error (``gather``'s range check) runs before the
+    first in-place write, so that a call that raises leaves its inputs as they were
+    (``gather_kernels.checks_first``); a write that cannot move loses its grant."""
+    if not granted or not gather_kernels.raises(plan.nodes):
+        return granted
+    outs = [plan.resolve(v) for v in graph.outputs]
+    writers: dict[Node, list[int]] = {}
+    for j in granted:
+        writers.setdefault(outs[j].producer, []).append(j)  # type: ignore[arg-type]
+    reads = {n: {plan.resolve(u).producer for u in n.inputs} for n in plan.nodes}
+    dropped = gather_kernels.checks_first(plan.nodes, writers, reads)  # type: ignore[arg-type]
+    return {j: i for j, i in granted.items() if j not in dropped}
 
 
 SMALL_RESULTS = 1024  # elements: a kernel whose results are all this small runs early
@@ -375,9 +395,13 @@ class _Builder:
         entry = CWriter()
         self._entry(entry, steps)  # plans the arena, which the header reports
         w = CWriter()
-        _header(w, g, self.symbols, self.dims, self.in_place, self.arena_bytes)
+        _header(w, g, self.symbols, self.dims, self.in_place, self.arena_bytes,
+                gather_kernels.raises(self.plan.nodes))
         w.blank()
         w.line(*PRELUDE.splitlines())
+        if gather_kernels.raises(self.plan.nodes):  # the record of a run-time input error
+            w.blank()
+            w.line(*gather_kernels.ERROR_RECORD.splitlines())
         if self.statics:
             w.blank()
             w.line(*self.statics)
@@ -679,7 +703,8 @@ def _slot(b: str) -> str:
 
 
 def _header(w: CWriter, g: Graph, symbols: list[str], dims: Dims,
-            in_place: Mapping[int, int], arena: int | None = None) -> None:
+            in_place: Mapping[int, int], arena: int | None = None,
+            checks: bool = False) -> None:
     """Write the calling convention of ``gradc_entry``, so the file can be used on its own.
 
     No user name appears, even in this comment: arrays are described by position, dtype and
@@ -704,6 +729,9 @@ def _header(w: CWriter, g: Graph, symbols: list[str], dims: Dims,
                   if j in in_place else "") for j, v in enumerate(g.outputs)),
               "  nt: OpenMP threads (<= 0: OpenMP's default)",
               "  returns 0, or non-zero when a temporary buffer could not be allocated.",
+              *(["  returns 2 when an input value is out of range (an index; nothing is "
+                 "written): gradc_error(int64_t out[12]) gives op, value, size, rank, "
+                 "position"] if checks else []),
               "int gradc_entry_arena(const int64_t *S, void *const *A, int nt, void *arena)",
               "  the same, with the intermediate values in a caller's arena of "
               "gradc_arena_bytes() bytes",
