@@ -41,6 +41,7 @@ from movement_onnx_cases import MOVEMENT_CASES  # noqa: E402
 from gemm_onnx_cases import GEMM_CASES  # noqa: E402
 from reduce_onnx_cases import REDUCE_CASES  # noqa: E402
 from test_batch_norm_onnx import BN_CASES  # noqa: E402
+from normalization_onnx_cases import NORM_CASES  # noqa: E402
 
 ONNX_DIR = Path(__file__).resolve().parents[1] / "backends" / "onnx"
 
@@ -219,6 +220,8 @@ CASES: dict[str, tuple[Case, str]] = {
     "SoftmaxCrossEntropyLoss": (sce_case, "log_softmax"),
     # -- parameters
     **SHAPE_CASES,
+    # -- normalization, gather (SPEC-transformers §28.1)
+    **NORM_CASES,
 }
 
 
