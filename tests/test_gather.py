@@ -272,3 +272,24 @@ def test_the_numpy_module_raises_its_own_input_error():
     with pytest.raises(namespace["InputError"], match=r"indices\[1\] = 3"):
         namespace["ENTRY"](np.zeros((3, 2), F32), np.array([0, 3], i64))
     assert issubclass(namespace["InputError"], ValueError)
+
+
+# -- conformance (docs/conformance.md) ---------------------------------------------------------
+def test_conformance_peers_on_bad_and_negative_indices():
+    """gradc: InputError for an index outside [-size, size), negative ones from the end.
+    PyTorch's embedding and index_select raise IndexError for both (advanced indexing counts a
+    negative one from the end); onnxruntime's Gather counts from the end and refuses the rest."""
+    w = np.arange(6, dtype=F32).reshape(3, 2)
+    assert_bits(gather("reference", w, np.array([-1, 0], i64)), w[[2, 0]])
+    for idx in ([0, 3], [-1, 0]):
+        with pytest.raises(IndexError, match="index out of range in self"):
+            torch.nn.functional.embedding(torch.tensor(idx), torch.tensor(w))
+        with pytest.raises(IndexError, match="index out of range in self"):
+            torch.index_select(torch.tensor(w), 0, torch.tensor(idx))
+    from onnx import helper as oh
+    from onnx_import_helpers import make, run_ort
+    m = make([oh.make_node("Gather", ["w", "i"], ["y"])], {"w": (F32, [3, 2]),
+                                                         "i": (i64, [2])}, {"y": F32})
+    assert_bits(run_ort(m, {"w": w, "i": np.array([-1, 0])})["y"], w[[2, 0]])
+    with pytest.raises(Exception, match=r"idx=3 must be within the inclusive range \[-3,2\]"):
+        run_ort(m, {"w": w, "i": np.array([0, 3])})

@@ -196,3 +196,37 @@ def test_computed_indices_out_of_range_are_an_input_error_when_run():
     with pytest.raises(gradc.InputError, match=r"^gather: indices\[2\] = 4: expected an index "
                                                r"in -4\.\.3"):
         ex(ids=np.array([0, 1, 3]))
+
+
+# -- conformance (docs/conformance.md) ---------------------------------------------------------
+def test_conformance_float16_stash_type_1_is_within_a_float16_ulp():
+    """ONNX's float16 LayerNormalization body (stash_type 1) rounds Normalized to float16
+    before Scale and Bias; gradc rounds once at the end: at most a float16 ulp apart (SPEC).
+    onnxruntime 1.32's kernel gave gradc's bits on this data."""
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((16, 24)) * 3).astype(np.float16)
+    s, b = rng.standard_normal(24).astype(np.float16), rng.standard_normal(24).astype(np.float16)
+    model = make([oh.make_node("LayerNormalization", ["x", "s", "b"], ["y"])],
+                 {"x": (np.float16, [16, 24])}, {"y": np.float16}, {"s": s, "b": b}, opset=17)
+    got = run_ort(model, {"x": x})["y"].astype(np.float64)
+    want = gradc.compile(gradc.from_onnx(model), target="c")(x=x)["y"].astype(np.float64)
+    ulp = np.spacing(np.abs(want).astype(np.float16)).astype(np.float64)
+    assert (np.abs(got - want) <= ulp).all()
+
+
+def test_conformance_rms_norm_epsilon_default():
+    """gradc's and ONNX RMSNormalization's default epsilon is 1e-5; torch.nn.RMSNorm's (None)
+    is finfo(dtype).eps at run time: a graph built to match PyTorch passes it."""
+    x = np.array([[1e-4, 2e-4, -1e-4, 3e-4]], F32)
+    assert torch.nn.RMSNorm(4).eps is None
+    eps = float(torch.finfo(torch.float32).eps)
+    want = torch.nn.functional.rms_norm(torch.tensor(x), (4,)).numpy()
+    g = gradc.Graph("rms")
+    g.output(gradc.ops.mean_variance_normalization(g.input("x", "float32", (1, 4)),
+                                                   use_mean=False, epsilon=eps), "y")
+    got = gradc.compile(g, target="c")(x=x)["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    g = gradc.Graph("rms_default")
+    g.output(gradc.ops.mean_variance_normalization(g.input("x", "float32", (1, 4)),
+                                                   use_mean=False), "y")
+    assert np.abs(gradc.compile(g, target="c")(x=x)["y"] - want).max() > 0.1
