@@ -293,3 +293,14 @@ def test_conformance_peers_on_bad_and_negative_indices():
     assert_bits(run_ort(m, {"w": w, "i": np.array([-1, 0])})["y"], w[[2, 0]])
     with pytest.raises(Exception, match=r"idx=3 must be within the inclusive range \[-3,2\]"):
         run_ort(m, {"w": w, "i": np.array([0, 3])})
+
+
+def test_gradc_check_draws_indices_in_range(capsys):
+    """``gradc check`` feeds random inputs: a gather's indices are drawn in its valid range."""
+    from gradc.check import random_inputs, run_check
+    g = gradc.Graph("emb")
+    w, ids = g.input("w", "float32", (5, 3)), g.input("ids", "int64", ("N", 7))
+    g.output(ops.mul(ops.gather(w, ids), ops.gather(w, ids)), "y")
+    feeds = random_inputs(g, {"N": 40})
+    assert feeds["ids"].min() >= -5 and feeds["ids"].max() <= 4
+    assert run_check(g, grad=True, shapes={"N": 3}) == 0
