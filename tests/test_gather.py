@@ -304,3 +304,30 @@ def test_gradc_check_draws_indices_in_range(capsys):
     feeds = random_inputs(g, {"N": 40})
     assert feeds["ids"].min() >= -5 and feeds["ids"].max() <= 4
     assert run_check(g, grad=True, shapes={"N": 3}) == 0
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_symbolic_dims_and_a_symbolic_indexed_axis(target):
+    """gather/gather_grad across a symbolic batch axis, and along it (output_sizes[axis] is
+    the symbol N: the range check and the zeros take its bound value)."""
+    rng = np.random.default_rng(7)
+    g = gradc.Graph("sym")
+    x, i = g.input("x", "float32", ("N", 5, 3)), g.input("i", "int32", (2, 2))
+    y = ops.gather(x, i, axis=1)
+    g.output(ops.gather_grad(ops.mul(y, y), i, ("N", 5, 3), axis=1), "dx")
+    r = g.input("r", "int64", (3,))
+    rows = ops.gather(x, r)
+    g.output(ops.gather_grad(rows, r, ("N", 5, 3)), "dr")
+    ex = gradc.compile(g, target=target)
+    xs = rng.standard_normal((4, 5, 3)).astype(F32)
+    feeds = {"x": xs, "i": np.array([[4, -5], [0, 4]], np.int32), "r": np.array([3, -4, 3])}
+    got = ex(**feeds)
+    want = gradc.compile(g, target="reference")(**feeds)
+    for k in want:
+        if target == "onnx":
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-6)
+        else:
+            assert_bits(got[k], want[k])
+    with pytest.raises(gradc.InputError, match=r"^gather: indices\[1\] = -5: expected an index "
+                                               r"in -4\.\.3 \(input.shape\[axis\] = 4\)$"):
+        ex(**{**feeds, "r": np.array([0, -5, 1])})

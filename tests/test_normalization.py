@@ -453,3 +453,26 @@ def test_second_derivative_is_refused_naming_the_op():
     g.output(dx, "dx")
     with pytest.raises(gradc.UnsupportedError, match="mean_variance_normalization_grad"):
         gradc.grad(g)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_symbolic_normalized_axes(target):
+    """n known only when the graph runs (a symbolic normalized dim), on every target."""
+    rng = np.random.default_rng(8)
+    g = gradc.Graph("sym")
+    x, dy = g.input("x", "float32", (3, "T", 4)), g.input("dy", "float32", (3, "T", 4))
+    s = g.input("s", "float32", (4,))
+    g.output(ops.mean_variance_normalization(x, s, axes=(1, 2)), "y")
+    for name, v in zip(("dx", "ds", "db"), ops.mean_variance_normalization_grad(
+            x, dy, s, axes=(1,), use_mean=False)):
+        g.output(v, name)
+    feeds = {"x": rng.standard_normal((3, 5, 4)).astype(F32),
+             "dy": rng.standard_normal((3, 5, 4)).astype(F32),
+             "s": rng.standard_normal(4).astype(F32)}
+    got = gradc.compile(g, target=target)(**feeds)
+    want = gradc.compile(g, target="reference")(**feeds)
+    for k in want:
+        if target == "onnx":
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+        else:
+            assert_bits(got[k], want[k])

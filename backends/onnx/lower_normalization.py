@@ -27,6 +27,7 @@ from gradc.errors import InputError
 from gradc.ir.core import Graph, Node, Value
 from gradc.ir.interpret import evaluate_node
 from gradc.ir.ops.gather import check_node_indices
+from gradc.ir.ops.registry import get_op
 from gradc.ir.types import Dim, DType
 
 
@@ -143,15 +144,17 @@ def lower_gather_grad(gb: OnnxGraphBuilder, node: Node,
 
 def index_error(graph: Graph, arrays: Mapping[str, np.ndarray],
                 bindings: Mapping[str, int]) -> str | None:
-    """§26.3's message for the first gather or gather_grad (in graph order; neither is ever
-    fused) whose indices are out of range, or None: the values their indices depend on are
-    computed by the reference from the call's arrays."""
-    checked = [n for n in graph.nodes if n.op in ("gather", "gather_grad")]
+    """§26.3's message for the first node that checks its indices when run (gather,
+    gather_grad: ``raises_input_error``; never fused) whose indices are out of range, in graph
+    order, or None: the values their indices depend on are computed by the reference from the
+    call's arrays."""
+    checked = [n for n in graph.nodes if n.op != "constant" and n.body is None
+               and get_op(n.op).raises_input_error]
     needed = _ancestors([n.inputs[1] for n in checked])
     env: dict[Value, Any] = {v: arrays[v.name] for v in graph.inputs if v.name in arrays}
     try:
         for n in graph.nodes:
-            if n.op in ("gather", "gather_grad"):
+            if n in checked:
                 check_node_indices(n, np.asarray(env[n.inputs[1]]), bindings)
             if n in needed:
                 outs = evaluate_node(n, [env[u] for u in n.inputs], bindings)

@@ -178,12 +178,6 @@ class GatherGrad(OpDef):
         return [make_node("gather", [g, node.inputs[1]], {"axis": node.attrs["axis"]}), None]
 
 
-def bad_index(indices: np.ndarray, size: int) -> bool:
-    """True when some index lies outside ``[-size, size)``."""
-    k = indices.astype(np.int64)
-    return bool(((k < -size) | (k >= size)).any())
-
-
 def index_size(node: Node, bindings: Mapping[str, int]) -> int:
     """The size a node's indices must lie within: ``input.shape[axis]`` of ``gather``,
     ``output_sizes[axis]`` of ``gather_grad`` (a symbol bound by ``bindings``)."""
