@@ -94,3 +94,21 @@ def test_a_write_that_cannot_move_after_the_check_loses_its_grant():
     with pytest.raises(gradc.InputError, match=r"indices\[0\] = 5"):
         ex(p=arr, table=np.zeros((3, 2), F32))
     np.testing.assert_array_equal(arr, np.arange(8, dtype=F32))
+
+
+def test_a_check_already_made_holds_no_update_back():
+    """The backward's gather_grad reads the forward gather's indices against the same size: it
+    cannot fail once the forward passed, so only the forward gather is a barrier for the
+    in-place updates (which then keep their early places next to their gradients)."""
+    from gradc.backends.c.gather import barriers
+    g = gradc.Graph("emb")
+    e, i = g.input("e", "float32", (6, 5)), g.input("i", "int64", (4,))
+    y = ops.gather(e, i)
+    d = ops.gather_grad(y, i, (6, 5))
+    d2 = ops.gather_grad(y, i, (7, 5))  # a larger size: covered too
+    d3 = ops.gather_grad(ops.gather(d2, i), i, (3, 5))  # a smaller one: may fail
+    for v, name in ((d, "d"), (d2, "d2"), (d3, "d3")):
+        g.output(v, name)
+    nodes = list(g.nodes)
+    found = barriers(nodes, lambda v: v)
+    assert found == {y.producer, d3.producer}

@@ -211,7 +211,9 @@ def _checks_before_writes(graph: Graph, plan: _Plan, granted: dict[int, int]) ->
     for j in granted:
         writers.setdefault(outs[j].producer, []).append(j)  # type: ignore[arg-type]
     reads = {n: {plan.resolve(u).producer for u in n.inputs} for n in plan.nodes}
-    dropped = gather_kernels.checks_first(plan.nodes, writers, reads)  # type: ignore[arg-type]
+    checks = gather_kernels.barriers(plan.nodes, plan.resolve)
+    dropped = gather_kernels.checks_first(plan.nodes, writers, reads,  # type: ignore[arg-type]
+                                          checks)
     return {j: i for j, i in granted.items() if j not in dropped}
 
 

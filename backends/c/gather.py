@@ -16,12 +16,13 @@ canonical order), the work split over the leading axes and chunks of the trailin
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from gradc.backends.c.ctypes_map import ctype
 from gradc.backends.c.kernel import Kernel, omp_for
 from gradc.backends.c.scalar import narrow, widen
 from gradc.ir.core import Node, Value
+from gradc.ir.types import Dim
 from gradc.ir.ops.gather import GATHER_SIZE, GRAD_SIZE, index_message
 from gradc.ir.ops.registry import get_op
 
@@ -66,17 +67,45 @@ def describe(record: Sequence[int]) -> str:
     return index_message(op, position, int(record[1]), int(record[2]), what)
 
 
+def barriers(nodes: Sequence[Node], resolve: Callable[[Value], Value]) -> set[Node]:
+    """The kernels that may raise an input error when they run: every checking kernel but one
+    whose indices an earlier kernel already checked against a size no larger (the backward's
+    ``gather_grad`` of a token embedding reads the forward ``gather``'s indices: it cannot
+    fail once that passed, so it need not hold the updates of the other parameters back)."""
+    seen: list[tuple[Value, Dim]] = []
+    out: set[Node] = set()
+    for n in nodes:
+        if not raises([n]):
+            continue
+        if n.body is not None:  # (no checking op fuses today)
+            out.add(n)
+            continue
+        idx = resolve(n.inputs[get_op(n.op).operands.index("indices")])
+        axis = n.attrs["axis"]
+        size = n.inputs[0].type.shape[axis] if n.op == "gather" else \
+            n.attrs["output_sizes"][axis]
+        if not any(v is idx and _no_larger(d, size) for v, d in seen):
+            out.add(n)
+        seen.append((idx, size))
+    return out
+
+
+def _no_larger(a: Dim, b: Dim) -> bool:
+    """``a <= b`` for certain: equal dims, or two ints."""
+    return a == b or (isinstance(a, int) and isinstance(b, int) and a <= b)
+
+
 def checks_first(nodes: list[Node], writers: Mapping[Node, Sequence[int]],
-                 reads: Mapping[Node, set[Node]]) -> set[int]:
-    """Move each in-place writer after the last kernel that may raise an input error, where
-    no kernel in between reads its results; returns the output indices whose in-place write
-    cannot move (their grant is dropped: they get buffers of their own).
+                 reads: Mapping[Node, set[Node]], checks: set[Node]) -> set[int]:
+    """Move each in-place writer after the last kernel of ``checks`` (those that may raise an
+    input error), where no kernel in between reads its results; returns the output indices
+    whose in-place write cannot move (their grant is dropped: they get buffers of their own).
 
     ``writers``: kernel -> the outputs it writes in place; ``reads``: kernel -> the kernels
     whose results it reads."""
     dropped: set[int] = set()
     for w, outs in writers.items():
-        last = max((i for i, n in enumerate(nodes) if raises([n])), default=-1)
+        last = max((i for i, n in enumerate(nodes) if n in checks), default=-1)
         pos = nodes.index(w)
         if pos > last:
             continue
