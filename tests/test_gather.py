@@ -331,3 +331,14 @@ def test_symbolic_dims_and_a_symbolic_indexed_axis(target):
     with pytest.raises(gradc.InputError, match=r"^gather: indices\[1\] = -5: expected an index "
                                                r"in -4\.\.3 \(input.shape\[axis\] = 4\)$"):
         ex(**{**feeds, "r": np.array([0, -5, 1])})
+
+
+def test_text_ir_round_trip():
+    g = gradc.Graph("t")
+    x, i = g.input("x", "float32", ("N", 5)), g.input("i", "int32", (2,))
+    y = ops.gather(x, i, axis=-1)
+    g.output(ops.gather_grad(y, i, ("N", 5), axis=1), "dx")
+    g.output(ops.mean_variance_normalization(x, None, g.input("b", "float32", (5,))), "z")
+    text = str(g)
+    assert "gather(%x, %i) {axis = 1}" in text
+    assert gradc.parse(text) == g
