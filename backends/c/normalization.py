@@ -333,10 +333,7 @@ def _parameter_gradients(L: _Layout, k: Kernel, x: Value, dy: Value, scale: Valu
                     cw.line(f"const {a} d = {d};", f"const {a} z = {z};",
                             f"const {a} t = gy * z;", "as[q] = as[q] + t;", "ab[q] = ab[q] + gy;")
 
-            with cw.block(f"if (qn == {CHUNK})"):
-                inner(str(CHUNK))
-            with cw.orelse():
-                inner("qn")
+            inner("qn")
         ps = "0" if va is None else f"(q0 + q) * {sst[va]}"
         with cw.block("for (int64_t q = 0; q < qn; q++)"):
             L.store(ds, f"po + {ps}", "as[q]")
