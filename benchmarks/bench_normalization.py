@@ -12,7 +12,9 @@ for bit against gradc's reference target, and against PyTorch within §24.4's bo
 norm, bit for bit for the embedding). The peers are timed in interleaved rounds of 10 calls (a
 drift of the machine's load reaches them alike); the table gives each one's median and best
 round, and PyTorch's median over gradc's. A gradc call includes the Executable's checks of its
-arrays and a fresh output array; PyTorch's forward is called without autograd, its backward
+arrays (about 15-25 us here); "runner only" calls the compiled program's runner directly (the
+C call, its fresh output arrays, no checks: what a Trainer step pays per kernel inside one C
+program is less still). PyTorch's forward is called without autograd, its backward
 through ``torch.autograd.grad`` on a retained graph. Markdown goes to stdout.
 """
 
@@ -69,9 +71,11 @@ def _layer_norm(shape: tuple[int, ...], threads: int) -> dict[str, Callable[[], 
         assert_within(t.numpy(), wgrad[k], bound, k)
     return {
         "layer norm forward": lambda: fwd(x=x, s=s, b=b),
+        "layer norm forward (runner)": lambda: fwd._runner({"x": x, "s": s, "b": b}, {}),
         "layer norm forward (torch)": lambda: F.layer_norm(tx.detach(), (c,), ts.detach(),
                                                            tb.detach(), 1e-5),
         "layer norm backward": lambda: bwd(x=x, dy=dy, s=s),
+        "layer norm backward (runner)": lambda: bwd._runner({"x": x, "dy": dy, "s": s}, {}),
         "layer norm backward (torch)": lambda: torch.autograd.grad(
             ty, (tx, ts, tb), torch.tensor(dy), retain_graph=True),
     }
@@ -99,8 +103,10 @@ def _embedding(shape: tuple[int, ...], vocab: int, threads: int) -> dict[str, Ca
     assert bwd(dy=dy, ids=ids)["dw"].tobytes() == dw.numpy().tobytes()
     return {
         "embedding forward": lambda: fwd(w=w, ids=ids),
+        "embedding forward (runner)": lambda: fwd._runner({"w": w, "ids": ids}, {}),
         "embedding forward (torch)": lambda: F.embedding(tids, tw.detach()),
         "embedding backward": lambda: bwd(dy=dy, ids=ids),
+        "embedding backward (runner)": lambda: bwd._runner({"dy": dy, "ids": ids}, {}),
         "embedding backward (torch)": lambda: torch.autograd.grad(
             ty, (tw,), torch.tensor(dy), retain_graph=True),
     }
@@ -130,17 +136,21 @@ def main() -> None:
     shape = tuple(int(v) for v in a.shape.split(","))
     print(f"shape {'x'.join(map(str, shape))} float32, vocabulary {a.vocab}; "
           f"ms per call (median / best round of 10 calls), {a.rounds} interleaved rounds\n")
-    print("| threads | kernel | gradc C | PyTorch | PyTorch / gradc (medians) |")
-    print("|---|---|---|---|---|")
+    print("| threads | kernel | gradc C | gradc C, runner only | PyTorch | PyTorch / gradc | "
+          "PyTorch / runner |")
+    print("|---|---|---|---|---|---|---|")
     for threads in (int(v) for v in a.threads.split(",")):
         torch.set_num_threads(threads)
         cases = {**_layer_norm(shape, threads), **_embedding(shape, a.vocab, threads)}
         times = interleaved(cases, a.rounds)
-        for k in [k for k in cases if not k.endswith("(torch)")]:
+        for k in [k for k in cases if not k.endswith(")")]:
             mine, peer = np.array(times[k]) * 1e3, np.array(times[f"{k} (torch)"]) * 1e3
+            raw = np.array(times[f"{k} (runner)"]) * 1e3
             print(f"| {threads} | {k} | {np.median(mine):.4f} / {mine.min():.4f} | "
+                  f"{np.median(raw):.4f} / {raw.min():.4f} | "
                   f"{np.median(peer):.4f} / {peer.min():.4f} | "
-                  f"{np.median(peer) / np.median(mine):.2f}x |")
+                  f"{np.median(peer) / np.median(mine):.2f}x | "
+                  f"{np.median(peer) / np.median(raw):.2f}x |")
 
 
 if __name__ == "__main__":
