@@ -66,6 +66,7 @@ from gradc.backends.onnx import import_gemm  # noqa: F401
 from gradc.backends.onnx import import_batch_norm  # noqa: F401
 from gradc.backends.onnx import import_training  # noqa: F401
 from gradc.backends.onnx import import_activation  # noqa: F401
+from gradc.backends.onnx import import_normalization  # noqa: F401
 from gradc.backends.onnx.import_training import finish_rng_state
 from gradc.backends.onnx.import_batch_norm import finish_running_statistics
 from gradc.backends.onnx.import_shape import dims_of, fold_node, foldable, symbolic_error
