@@ -17,8 +17,9 @@ from gradc.errors import UnsupportedError
 from gradc.ir import builders as ops
 from gradc.ir.core import Value
 from gradc.ir.ops.common import F
-from gradc.ir.types import NUMERIC
+from gradc.ir.types import NUMERIC, DType
 from gradc.backends.onnx.import_node import Context, OnnxNode, Produced, converter, require_dtype
+from gradc.backends.onnx.import_logic import bool_equal
 
 _NP_COMPARE: dict[str, Callable[..., Any]] = {
     "Greater": np.greater, "Less": np.less, "Equal": np.equal,
@@ -141,6 +142,8 @@ def _extremum(n: OnnxNode, ctx: Context) -> list[Produced]:
 def _compare(n: OnnxNode, ctx: Context) -> list[Produced]:
     a, b = ctx.value(n, 0, "A"), ctx.value(n, 1, "B")
     op = _COMPARE[n.op]
+    if n.op == "Equal" and a.type.dtype == b.type.dtype == DType.bool:
+        return [bool_equal(ctx, a, b)]  # gradc's exporter writes "not c" as Equal(c, false)
     require_dtype(a, NUMERIC, "A", op)
     require_dtype(b, NUMERIC, "B", op)
     return [getattr(ops, op)(a, b)]

@@ -55,10 +55,12 @@ from gradc.ir.types import DType
 from gradc.backends.onnx.format import (
     IR_HASH_KEY, IR_KEY, dtype_of, graph_digest, tensor_to_array,
 )
-from gradc.backends.onnx.import_node import CONVERTERS, OnnxNode
+from gradc.backends.onnx.import_node import CONVERTERS, Converter, OnnxNode
+from gradc.backends.onnx.import_groups import RaisedNode, build_raised, raise_groups
 # Importing a converter module registers its converters.
 from gradc.backends.onnx import import_ops, import_resize  # noqa: F401
 from gradc.backends.onnx import import_math  # noqa: F401
+from gradc.backends.onnx import import_logic  # noqa: F401
 from gradc.backends.onnx import import_reduce  # noqa: F401
 from gradc.backends.onnx import import_movement  # noqa: F401
 from gradc.backends.onnx import import_conv  # noqa: F401
@@ -132,7 +134,9 @@ class _Importer:
         self.proto = model.graph
         self.opset = _default_opset(model)
         self.graph = Graph(self.proto.name or "main")
-        self.nodes = [OnnxNode(p, i) for i, p in enumerate(self.proto.node)]
+        nodes = [OnnxNode(p, i) for i, p in enumerate(self.proto.node)]
+        # intact groups of a gradc export become their gradc nodes (import_groups)
+        self.nodes, self.edited = raise_groups(nodes, self.proto)
         self.consts: dict[str, np.ndarray] = {}
         self.candidates: set[str] = set()  # initializers that are parameters where read as data
         self.known: set[str] = set()  # values that import_shape folds (first pass: optimistic)
@@ -272,7 +276,8 @@ class _Importer:
             if found:
                 bad.add(n.index)
                 continue
-            fold = CONVERTERS[n.op].fold if n.op in CONVERTERS else None
+            conv = self._converter(n)
+            fold = conv.fold if conv is not None else None
             try:
                 arrays = _with_where(n, lambda: fold(n, self)) if fold else None
             except UnsupportedError as e:
@@ -307,13 +312,19 @@ class _Importer:
             self.known_derived.update(o for o in n.outputs if o)
         return ok
 
+    def _converter(self, n: OnnxNode) -> Converter | None:
+        """How the node imports: a raised gradc group, or its op type's converter."""
+        if isinstance(n, RaisedNode):
+            return RAISED
+        return None if n.domain else CONVERTERS.get(n.op)
+
     def _static_problems(self, n: OnnxNode) -> list[str]:
-        if not n.domain and n.op not in CONVERTERS and self._will_fold(n):
+        conv = self._converter(n)
+        if conv is None and not n.domain and self._will_fold(n):
             return []  # evaluated at import (import_shape)
-        if n.domain or n.op not in CONVERTERS:
+        if conv is None:
             dom = f" (domain {n.domain})" if n.domain else ""
             return [f"op {n.op}{dom} is not supported"]
-        conv = CONVERTERS[n.op]
         found = [f"input {field} ({n.input(i)!r}) must be a constant (an initializer, a "
                  "Constant node or a static shape computation)" for i, field in conv.const_inputs
                  if n.input(i) and not self.is_const(n.input(i))]
@@ -333,7 +344,8 @@ class _Importer:
                 continue
             if self._fold(n):
                 continue
-            if n.op not in CONVERTERS:
+            conv = self._converter(n)
+            if conv is None:
                 self.problems.append((n.index, f"{n.where}: op {n.op} is supported only where "
                                       "its inputs are known at import (a static shape "
                                       "computation)"))
@@ -341,7 +353,7 @@ class _Importer:
                 continue
             start = len(self.graph.nodes)
             try:
-                outs = CONVERTERS[n.op].build(n, self)
+                outs = conv.build(n, self)
                 self._bind(n, outs, start)
             except UnsupportedError as e:
                 self.problems.append((n.index, f"{n.where}: {e}"))
@@ -438,7 +450,7 @@ class _Importer:
             self.graph.output(v, vi.name)
 
     def _raise_problems(self) -> None:
-        items = [msg for _, msg in sorted(self.problems, key=lambda p: p[0])]
+        items = [self._noted(i, msg) for i, msg in sorted(self.problems, key=lambda p: p[0])]
         head = f"ONNX graph {self.graph.name!r}: {len(items)} unsupported " \
                f"feature{'s' if len(items) > 1 else ''}: "
         refused = {i for i, _ in self.problems if 0 <= i < len(self.nodes)}
@@ -449,6 +461,12 @@ class _Importer:
         e = UnsupportedError(head)
         e.problems = items  # type: ignore[attr-defined]
         raise e
+
+    def _noted(self, index: int, msg: str) -> str:
+        """A problem of a node from an edited group of a gradc export names that group."""
+        if 0 <= index < len(self.nodes) and self.nodes[index].name in self.edited:
+            return f"{msg} ({self.edited[self.nodes[index].name]})"
+        return msg
 
     # -- the Context protocol of the converters ---------------------------------------------
     def is_const(self, name: str) -> bool:
@@ -523,6 +541,9 @@ class _Importer:
         self.named.add(id(v))
         self.env[name] = v
         return v
+
+
+RAISED = Converter(build_raised)  # type: ignore[arg-type]  # its build takes a RaisedNode
 
 
 def _with_where(n: OnnxNode, fn: Any) -> Any:
