@@ -21,11 +21,19 @@ Decisions:
   of first use). One read only where an op needs a constant (shapes, axes, pads, scales, Clip
   bounds, ...) is folded into that op's attributes, as is any other constant; integer
   initializers that are not graph inputs stay constants.
+- Before anything reads a node of an op the importer knows, the node is held to its ONNX
+  schema at the model's opset (``import_schema``: input and output counts, required inputs,
+  attribute names, kinds and required ones): a malformed node is a ``VerifyError`` naming it.
 - Static shape subgraphs (``import_shape.FOLDERS``: Shape, Gather, Unsqueeze, Concat, Cast,
-  ConstantOfShape, Expand, ... of constants and of the static shapes of values) are evaluated at
-  import, so that an attribute-like input computed by such a subgraph is a constant. A symbolic
-  dim stays a symbol through them (``Reshape`` to ``(N, -1)`` imports); arithmetic on it does
-  not fold. Float arithmetic of constants folds only where it derives from a shape.
+  ConstantOfShape, Expand, Range, and ``import_fold``'s arithmetic, comparisons, logic and
+  Trilu, of constants and of the static shapes of values) are evaluated at import, so that an
+  attribute-like input computed by such a subgraph is a constant. The elements of ``Shape`` at
+  static dims are known even where other dims are symbolic (SPEC-transformers §28.2); a
+  symbolic dim stays a symbol through them (``Reshape`` to ``(N, -1)`` and ``(N, T, 4, C // 4)``
+  import); arithmetic needing its value does not fold, and a node that needs it is refused
+  naming the symbol. Float arithmetic of constants folds only where it derives from a shape.
+- The groups of ONNX nodes that gradc's exporter wrote and tagged are raised back into their
+  gradc nodes where unedited (``import_groups``), before everything else.
 - A dim with ``dim_param`` becomes that symbol; a dim with neither value nor param gets a fresh
   symbol ``unk__<k>``; a dim of 0 is unsupported (gradc has no empty tensors).
 - ``Identity`` (and a ``ReduceSum`` that is a no-op) alias their input; a graph output named by
@@ -61,6 +69,7 @@ from gradc.backends.onnx.import_groups import RaisedNode, build_raised, raise_gr
 from gradc.backends.onnx import import_ops, import_resize  # noqa: F401
 from gradc.backends.onnx import import_math  # noqa: F401
 from gradc.backends.onnx import import_logic  # noqa: F401
+from gradc.backends.onnx import import_fold  # noqa: F401
 from gradc.backends.onnx import import_reduce  # noqa: F401
 from gradc.backends.onnx import import_movement  # noqa: F401
 from gradc.backends.onnx import import_conv  # noqa: F401
@@ -69,7 +78,10 @@ from gradc.backends.onnx import import_batch_norm  # noqa: F401
 from gradc.backends.onnx import import_training  # noqa: F401
 from gradc.backends.onnx.import_training import finish_rng_state
 from gradc.backends.onnx.import_batch_norm import finish_running_statistics
-from gradc.backends.onnx.import_shape import dims_of, fold_node, foldable, symbolic_error
+from gradc.backends.onnx.import_schema import check_node
+from gradc.backends.onnx.import_shape import (
+    FOLDERS, dims_of, fold_node, foldable, symbolic_error,
+)
 
 __all__ = ["from_onnx", "load_model"]
 
@@ -149,6 +161,8 @@ class _Importer:
         self.named: set[int] = set()
         self.reserved: set[str] = set()
         self.temps = 0
+        self.pending: set[int] = set()  # nodes whose static check needs a value of pass two
+        self.second_pass = False
 
     # -- the steps ------------------------------------------------------------------------
     def run(self) -> Graph:
@@ -157,6 +171,7 @@ class _Importer:
         self._read_inputs()
         order = self._sort()
         self._check_outputs()
+        self._check_schemas(order)
         bad = self._first_pass(order)
         self._second_pass(order, bad)
         self._mark_outputs()
@@ -266,6 +281,15 @@ class _Importer:
                 raise VerifyError(f"graph output {vi.name!r} is not defined (not a graph input, "
                                   "an initializer or a node output)")
 
+    def _check_schemas(self, order: list[OnnxNode]) -> None:
+        """Every node of an op the importer knows has the inputs, outputs and attributes of its
+        ONNX schema (``import_schema``), before any converter or fold reads it."""
+        for n in order:
+            if isinstance(n, RaisedNode) or n.domain:
+                continue
+            if n.op in CONVERTERS or n.op in FOLDERS:
+                _with_where(n, lambda: check_node(n, self.opset))
+
     def _first_pass(self, order: list[OnnxNode]) -> set[int]:
         """Collect the static problems of every node; evaluate constant nodes."""
         bad: set[int] = set()
@@ -280,6 +304,8 @@ class _Importer:
             fold = conv.fold if conv is not None else None
             try:
                 arrays = _with_where(n, lambda: fold(n, self)) if fold else None
+            except Pending:
+                arrays = None  # folds in the second pass, with its input
             except UnsupportedError as e:
                 self.problems.append((n.index, f"{n.where}: {e}"))
                 bad.add(n.index)
@@ -331,11 +357,14 @@ class _Importer:
         if conv.check is not None:
             try:
                 found += _with_where(n, lambda: conv.check(n, self))
-            except UnsupportedError as e:  # e.g. a constant that folds only in the second pass
+            except Pending:  # an input known only in the second pass: checked there
+                self.pending.add(n.index)
+            except UnsupportedError as e:
                 found.append(str(e))
         return found
 
     def _second_pass(self, order: list[OnnxNode], bad: set[int]) -> None:
+        self.second_pass = True
         for n in order:
             skip = n.index in bad or any(x in self.failed for x in n.inputs if x)
             if skip or all(o in self.consts for o in n.outputs if o):
@@ -353,6 +382,10 @@ class _Importer:
                 continue
             start = len(self.graph.nodes)
             try:
+                if n.index in self.pending and conv.check is not None:
+                    found = _with_where(n, lambda: conv.check(n, self))  # type: ignore[misc]
+                    if found:
+                        raise UnsupportedError("; ".join(found))
                 outs = conv.build(n, self)
                 self._bind(n, outs, start)
             except UnsupportedError as e:
@@ -484,12 +517,10 @@ class _Importer:
         if not name:
             return None
         if name not in self.consts:
-            raise UnsupportedError(f"input {field} ({name!r}) must be a constant (an "
-                                   "initializer, a Constant node or a static shape "
-                                   "computation)")
+            self._not_const(name, field)
         a = self.consts[name]
         if a.dtype == object:
-            raise symbolic_error(f"input {field} ({name!r})", a)
+            raise symbolic_error(f"input {field}", a)
         return a
 
     def dims(self, node: OnnxNode, index: int, field: str) -> list[int | str] | None:
@@ -498,14 +529,29 @@ class _Importer:
         if not name:
             return None
         if name not in self.consts:
-            raise UnsupportedError(f"input {field} ({name!r}) must be a constant (an "
-                                   "initializer, a Constant node or a static shape "
-                                   "computation)")
+            self._not_const(name, field)
         return dims_of(self.consts[name], field)
+
+    def _not_const(self, name: str, field: str) -> None:
+        if name in self.known and not self.second_pass:
+            raise Pending(f"input {field} ({name!r}) is known only once its producer has "
+                          "been folded")
+        raise UnsupportedError(f"input {field} ({name!r}) must be a constant (an initializer, "
+                               "a Constant node or a static shape computation)")
 
     def shape_source(self, dims: tuple) -> Value | None:
         """A value of the graph with exactly these dims, read by a ``Shape`` node, if any."""
         return self.shape_sources.get(tuple(dims))
+
+    def symbol_carrier(self, symbol: str) -> tuple[Value, int] | None:
+        """A value with the symbolic dim (one a Shape node read first, then a graph input, then
+        any value built so far), and its axis."""
+        values = list(self.shape_sources.values()) + list(self.graph.inputs) + list(
+            self.env.values())
+        for v in values:
+            if symbol in v.type.shape:
+                return v, v.type.shape.index(symbol)
+        return None
 
     def value_type(self, name: str) -> Any:
         """The gradc type of a built value or a constant (a Shape node reads it); None else."""
@@ -525,7 +571,7 @@ class _Importer:
             return self.env[name]
         a = self.consts[name]
         if a.dtype == object:
-            raise symbolic_error(f"{what} ({name!r})", a)
+            raise symbolic_error(what, a)
         if a.size == 0:
             raise UnsupportedError(f"{what} ({name!r}) is an empty tensor (shape "
                                    f"{list(a.shape)}); gradc has no empty tensors")
@@ -541,6 +587,11 @@ class _Importer:
         self.named.add(id(v))
         self.env[name] = v
         return v
+
+
+class Pending(UnsupportedError):
+    """An input that folds only in the second pass (the shape of a value built there) was read
+    in the first: the reader waits for the second pass."""
 
 
 RAISED = Converter(build_raised)  # type: ignore[arg-type]  # its build takes a RaisedNode
