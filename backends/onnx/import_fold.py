@@ -10,9 +10,10 @@ A symbolic dim travels as its name in an object array (``import_shape``). Arithm
 where the result is the symbol itself (``N * 1``, ``N + 0``, ``N - 0``, ``N / 1``) and compares it
 only with itself (``Equal(N, N)`` is true); anything else needs the symbol's value, which gradc
 does not have at import, so the folder declines (``TypeError``) and the node's converter, or the
-importer's refusal, names the symbol. Float arithmetic (``numeric``) folds only where an operand
-derives from a shape, so a model's own float computations stay gradc nodes; comparisons, ``Where``,
-logic and ``Trilu`` fold on any known values.
+importer's refusal, names the symbol. Float arithmetic that gradc has an op for (``numeric``)
+folds only where an operand derives from a shape, so a model's own float computations stay gradc
+nodes; comparisons, ``Where``, logic, ``Trilu`` and what gradc has no op for (``Mod``, ``Floor``,
+``Ceil``, ``ReduceProd``) fold on any known values.
 
 ``Trilu`` that does not fold (its input is computed, or too large to fold) becomes
 ``where(constant mask, X, 0)`` when its last two dims are static.
@@ -94,7 +95,8 @@ def _np_ints(n: OnnxNode, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}[n.op](a, b)
 
 
-@folder("Add", "Sub", "Mul", "Div", "Mod", numeric=True)
+@folder("Add", "Sub", "Mul", "Div", numeric=True)
+@folder("Mod")  # gradc has no mod: folding is the only way, whatever the dtype
 def _fold_arithmetic(n: OnnxNode, args: list[Any], ctx: Any) -> list[np.ndarray]:
     a, b = args[0], args[1]
     ints = all(x.dtype.kind in "iuO" for x in (a, b))
@@ -114,7 +116,8 @@ def _fold_arithmetic(n: OnnxNode, args: list[Any], ctx: Any) -> list[np.ndarray]
     return [np.asarray(fn(a, b)).astype(a.dtype)]
 
 
-@folder("Neg", "Abs", "Floor", "Ceil", numeric=True)
+@folder("Neg", "Abs", numeric=True)
+@folder("Floor", "Ceil")  # gradc has no rounding op: as Mod
 def _fold_unary(n: OnnxNode, args: list[Any], ctx: Any) -> list[np.ndarray]:
     a = args[0]
     if a.dtype == object:
@@ -197,7 +200,7 @@ def _fold_cast_like(n: OnnxNode, args: list[Any], ctx: Any) -> list[np.ndarray]:
         return [a.astype(like.dtype)]
 
 
-@folder("ReduceProd", numeric=True)
+@folder("ReduceProd")
 def _fold_reduce_prod(n: OnnxNode, args: list[Any], ctx: Any) -> list[np.ndarray]:
     data = args[0]
     if data.dtype == object:
