@@ -118,13 +118,13 @@ def graph_digest(g: GraphProto) -> str:
 # matches back into its gradc node (``import_groups``), whatever the rest of the model looks
 # like; a group whose nodes, tag or private constants were edited imports op by op.
 #
-# The digest covers the tag's fields (node text, operand and result names), every member node
-# (in model order, without its ``metadata_props`` and ``doc_string``), and every tensor that the
-# members read that is no operand: an initializer by name and bytes, a node output by its
-# producer (the ``Shape`` nodes that read symbolic dims), anything else by name. Operands are
-# not hashed: the values upstream of a gradc node may change (new weights, an edited producer),
-# and the raised node then computes its op on them as the group would; the importer checks
-# their types against the tag's.
+# The digest covers the tag's fields (node text, operand and result names), the model's opset,
+# every member node (in model order, without its ``metadata_props`` and ``doc_string``), and
+# every tensor that the members read that is no operand: an initializer by name and bytes, a
+# node output by its producer (the ``Shape`` nodes that read symbolic dims), anything else by
+# name. Operands are not hashed: the values upstream of a gradc node may change (new weights,
+# an edited producer), and the raised node then computes its op on them as the group would;
+# the importer checks their types against the tag's.
 
 GROUP_KEY = "gradc.group"
 """Node metadata key of the tag, on the first node of a group."""
@@ -168,11 +168,14 @@ def members_by_scope(nodes: Iterable[NodeProto], scopes: Iterable[str]
     wanted = set(scopes)
     out: dict[str, list[NodeProto]] = {}
     for n in nodes:
-        cut = n.name.find("/")
+        name = n.name
+        if not isinstance(name, str):
+            continue  # not UTF-8 (protobuf hands it out as bytes): no tag names it
+        cut = name.find("/")
         while cut >= 0:
-            if n.name[:cut] in wanted:
-                out.setdefault(n.name[:cut], []).append(n)
-            cut = n.name.find("/", cut + 1)
+            if name[:cut] in wanted:
+                out.setdefault(name[:cut], []).append(n)
+            cut = name.find("/", cut + 1)
     return out
 
 
@@ -193,18 +196,20 @@ def reads(node: NodeProto) -> set[str]:
 
 def group_digest(scope: str, node_text: str, operands: Sequence[str], results: Sequence[str],
                  members: Sequence[NodeProto], initializers: Mapping[str, TensorProto],
-                 producers: Mapping[str, NodeProto]) -> str:
-    """The SHA-256 of a group (what it covers: "the group tags" above)."""
+                 producers: Mapping[str, NodeProto], opset: int) -> str:
+    """The SHA-256 of a group (what it covers: "the group tags" above; also the model's
+    default-domain opset, which gives its ONNX nodes their meaning)."""
     h = hashlib.sha256()
-    head = json.dumps([scope, node_text, list(operands), list(results)])
+    head = json.dumps([scope, node_text, list(operands), list(results), opset])
     _chunk(h, b"tag", head.encode("utf-8", "surrogatepass"))
     produced: set[str] = set()
     for n in members:
         _chunk(h, b"node", _stripped(n))
         produced.update(n.output)
-    extra = sorted(set().union(*(reads(n) for n in members)) - produced - set(operands))
+    extra = sorted(set().union(*(reads(n) for n in members)) - produced - set(operands),
+                   key=_utf8)
     for name in extra:
-        key = name.encode("utf-8", "surrogatepass")
+        key = _utf8(name)
         if name in initializers:
             _chunk(h, b"initializer", key + b"\0" +
                    initializers[name].SerializeToString(deterministic=True))
@@ -213,6 +218,11 @@ def group_digest(scope: str, node_text: str, operands: Sequence[str], results: S
         else:
             _chunk(h, b"other", key)
     return h.hexdigest()
+
+
+def _utf8(name: str | bytes) -> bytes:
+    """A tensor name as bytes (protobuf hands out a name that is not UTF-8 as bytes)."""
+    return name if isinstance(name, bytes) else name.encode("utf-8", "surrogatepass")
 
 
 def _stripped(n: NodeProto) -> bytes:

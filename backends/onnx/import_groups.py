@@ -40,7 +40,8 @@ class RaisedNode(OnnxNode):
         self.where = f"gradc {self.gradc_op} node {tag.scope!r}"
 
 
-def raise_groups(nodes: Sequence[OnnxNode], proto: Any) -> tuple[list[OnnxNode], dict[str, str]]:
+def raise_groups(nodes: Sequence[OnnxNode], proto: Any, opset: int
+                 ) -> tuple[list[OnnxNode], dict[str, str]]:
     """The node list with each intact tagged group replaced by a ``RaisedNode`` (indices
     renumbered), and for each node of an edited group the note its refusal should carry."""
     tagged = [(n, read_tag(n.proto)) for n in nodes]
@@ -66,7 +67,7 @@ def raise_groups(nodes: Sequence[OnnxNode], proto: Any) -> tuple[list[OnnxNode],
         try:
             graph = _one_node(tag)
             reason = _broken(tag, n.proto, group, where, removed, initializers, producers,
-                             readers, outputs)
+                             readers, outputs, opset)
         except GradcError as e:
             graph, reason = None, f"its tag does not read ({e})"
         if reason is None and graph is not None:
@@ -96,14 +97,14 @@ def _one_node(tag: GroupTag) -> Graph:
 
 def _broken(tag: GroupTag, first: NodeProto, group: list[NodeProto], where: list[int],
             taken: set[int], initializers: Any, producers: Any, readers: dict[str, set[int]],
-            outputs: set[str]) -> str | None:
+            outputs: set[str], opset: int) -> str | None:
     """Why the group cannot be raised (None: it is intact)."""
     if not group or group[0] is not first:
         return "its tag is not on its first node"
     if taken.intersection(where):
         return "its nodes are claimed by another group"
     digest = group_digest(tag.scope, tag.node, tag.operands, tag.results, group, initializers,
-                          producers)
+                          producers, opset)
     if digest != tag.sha256:
         return "its digest no longer matches"
     written = {o for p in group for o in p.output if o}

@@ -79,8 +79,8 @@ _OPTIONS = {onnx.defs.OpSchema.FormalParameterOption.Single: "single",
 def signature(op: str, opset: int) -> Signature | None:
     """The default-domain schema of ``op`` in effect at ``opset`` (None: the op does not exist
     there)."""
-    try:
-        s = onnx.defs.get_schema(op, opset, "")
+    try:  # onnx.defs takes a C int: a larger opset has the schemas of the newest one
+        s = onnx.defs.get_schema(op, min(max(opset, 0), UNBOUNDED), "")
     except onnx.defs.SchemaError:
         return None
 

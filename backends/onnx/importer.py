@@ -148,7 +148,7 @@ class _Importer:
         self.graph = Graph(self.proto.name or "main")
         nodes = [OnnxNode(p, i) for i, p in enumerate(self.proto.node)]
         # intact groups of a gradc export become their gradc nodes (import_groups)
-        self.nodes, self.edited = raise_groups(nodes, self.proto)
+        self.nodes, self.edited = raise_groups(nodes, self.proto, self.opset)
         self.consts: dict[str, np.ndarray] = {}
         self.candidates: set[str] = set()  # initializers that are parameters where read as data
         self.known: set[str] = set()  # values that import_shape folds (first pass: optimistic)

@@ -247,7 +247,8 @@ def _tag_groups(gb: OnnxGraphBuilder, groups: list[_Group], inits: list[Any]) ->
         if not nodes or not set(results) <= written:
             continue
         text = _node_text(g.node)
-        digest = group_digest(g.scope, text, operands, results, nodes, initializers, producers)
+        digest = group_digest(g.scope, text, operands, results, nodes, initializers, producers,
+                              OPSET)
         entry = nodes[0].metadata_props.add()
         entry.key = GROUP_KEY
         entry.value = GroupTag(g.scope, text, operands, results, digest).to_json()
