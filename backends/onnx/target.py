@@ -239,6 +239,7 @@ def _tag_groups(gb: OnnxGraphBuilder, groups: list[_Group], inits: list[Any]) ->
     members = members_by_scope(gb.nodes, [g.scope for g in groups])
     producers = producers_of(gb.nodes)
     initializers = {t.name: t for t in inits}
+    texts: dict[Any, str] = {}  # identical nodes (repeated layers) print once
     for g in groups:
         nodes = members.get(g.scope, [])
         operands = tuple(gb.final_name(x) for x in g.operands)
@@ -246,12 +247,23 @@ def _tag_groups(gb: OnnxGraphBuilder, groups: list[_Group], inits: list[Any]) ->
         written = {o for n in nodes for o in n.output}
         if not nodes or not set(results) <= written:
             continue
-        text = _node_text(g.node)
+        text = _cached_text(texts, g.node)
         digest = group_digest(g.scope, text, operands, results, nodes, initializers, producers,
                               OPSET)
         entry = nodes[0].metadata_props.add()
         entry.key = GROUP_KEY
         entry.value = GroupTag(g.scope, text, operands, results, digest).to_json()
+
+
+def _cached_text(texts: dict[Any, str], node: Node) -> str:
+    try:
+        key = (node.op, tuple(v.type for v in node.inputs), tuple(node.attrs.items()))
+        hash(key)
+    except TypeError:  # an attribute that is no hashable value (an array): print it
+        return _node_text(node)
+    if key not in texts:
+        texts[key] = _node_text(node)
+    return texts[key]
 
 
 def _node_text(node: Node) -> str:
