@@ -126,7 +126,7 @@ def test_known_inputs_of_any_dtype_never_reach_numpy(op):
 def test_issue_cases_where_and_less_or_equal():
     """The fuzz campaign's inputs: a Where of two known inputs, a LessOrEqual of one."""
     with pytest.raises(gradc.VerifyError, match="Where 'n': input Y: expected a value"):
-        gradc.from_onnx(_model("Where", 2, 1, {}, [np.array([True]), np.ones(2, np.float32)]))
+        gradc.from_onnx(_model("Where", 2, 1, {}, [np.array([True]), np.ones(2, np.int64)]))
     with pytest.raises(gradc.VerifyError, match="LessOrEqual 'n': input B: expected a value"):
         gradc.from_onnx(_model("LessOrEqual", 1, 1, {}, [np.ones(2, np.int64)]))
 
