@@ -164,9 +164,10 @@ def agrees_with_onnxruntime(model: onnx.ModelProto, batches: tuple[int, ...] = (
     return g
 
 
+# dynamo writes shufflenet's chunk as a Split with static sizes (no shape arithmetic to test)
 CASES: list[tuple[type, bool]] = [
     (Heads, False), (Heads, True), (Causal, False), (Causal, True), (Masks, False),
-    (Masks, True), (SDPA, False), (Shuffle, False), (Shuffle, True)]
+    (Masks, True), (SDPA, False), (Shuffle, False)]
 
 
 @pytest.mark.parametrize("cls,dynamo", CASES, ids=lambda v: getattr(v, "__name__", str(v)))
@@ -226,9 +227,8 @@ def test_the_merged_batch_of_sdpa_under_dynamo_is_refused_naming_the_symbol():
 # nn.MultiheadAttention: q, k, v are picked with Gather of computed data (gradc's gather op is
 # being added on another branch: when it lands this table goes stale and the test fails: check
 # that MHA then imports with a fixed batch), and bsz * num_heads needs the batch's value.
-MHA_REFUSED: dict[tuple[bool, bool], set[str]] = {
-    (False, False): {"Gather"}, (True, False): {"Gather"},
-    (False, True): {"Gather", "Mul"},
+MHA_REFUSED: dict[tuple[bool, bool], set[str]] = {  # (dynamo, symbolic batch) -> refused ops
+    (False, False): {"Gather"}, (False, True): {"Gather", "Mul"},
 }
 
 
