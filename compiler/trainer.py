@@ -27,7 +27,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from gradc.api import compile, to_onnx
+from gradc.api import compile
+from gradc.backends.onnx.target import to_onnx
 from gradc.errors import InputError, UnsupportedError
 from gradc.files import check_input_file, write_bytes_atomically
 from gradc.ir import builders as B
@@ -202,12 +203,10 @@ class Trainer:
 
         The weights are initializers only, not also graph inputs as ``gradc.to_onnx`` lists
         parameters: a deployed model's weights are constants (onnxruntime then folds them, and
-        does not warn about initializers that a caller could override)."""
-        model = to_onnx(self.inference_graph())
-        weights = {t.name for t in model.graph.initializer}
-        kept = [v for v in model.graph.input if v.name not in weights]
-        del model.graph.input[:]
-        model.graph.input.extend(kept)
+        does not warn about initializers that a caller could override). The exporter drops them
+        from the inputs before it seals the model with its digest, so ``from_onnx`` reads the
+        file back through the embedded graph."""
+        model = to_onnx(self.inference_graph(), weights_as_inputs=False)
         write_bytes_atomically(path, model.SerializeToString())
 
     def __repr__(self) -> str:
