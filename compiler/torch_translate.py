@@ -1,0 +1,568 @@
+"""The translation of an exported program's core-ATen graph into a gradc graph (``from_torch``).
+
+``TorchTranslator`` walks the fx graph of a decomposed ``torch.export`` program once, in its
+order, and asks the table of ``gradc.torch_ops`` for each node. Decisions:
+
+- **Inputs** are the program's user inputs, named as ``torch.export`` names them: after the
+  forward's parameters (``x``; ``xs_0``, ``xs_1`` for a list). A size that ``dynamic_shapes``
+  made symbolic is a gradc symbol named after its ``torch.export.Dim`` (else torch's own name,
+  ``s0``); a size computed from symbols (``2*batch``) is unsupported (gradc keeps symbols whole).
+- **Parameters** are the module's parameters and the buffers the forward updates, named by their
+  ``state_dict`` names and made on first use. A tied weight (one tensor under two names) is one
+  parameter, under its first name in ``state_dict`` order (``named_parameters``' name).
+- **State.** A buffer the forward updates (``BUFFER_MUTATION``: batch normalization's
+  ``running_mean``, ``running_var`` and ``num_batches_tracked``) is a parameter whose update is
+  the graph output ``<name>.next`` (``gradc.ir.state``), so ``gradc.training_step`` carries it.
+  **Choice:** the other buffers are constants (causal masks, position ids, non-persistent
+  buffers, and an ``eval()`` module's running statistics), so that ``parameters="all"`` trains
+  exactly what ``torch.optim`` would be given, ``module.parameters()``.
+- **Constants.** A node whose tensor inputs are all constants (lifted tensors, buffers that are
+  no state, earlier folded nodes) and whose sizes are static is evaluated at import by torch
+  itself (``FOLD_LIMIT`` elements at most, never a random op): masks built with ``arange``,
+  ``full``, ``tril`` and friends become one constant, computed exactly as PyTorch computes them.
+- **Outputs**: the forward's outputs, ``output`` for one tensor, ``output_0``, ... for a tuple or
+  list, the key for a dict (nested: joined with ``.``); then ``<name>.next`` per updated buffer;
+  then ``rng_state_out`` after a training-mode dropout (whose first use adds the input
+  ``rng_state``, as ``from_onnx`` does, SPEC-training.md §21).
+- **Errors.** Every node that cannot be translated (an operator outside the table, one waiting
+  for a gradc operator, arguments gradc does not take) is collected; they are raised together
+  as one ``UnsupportedError`` whose first line groups them by ATen operator, with the module
+  path (``nn_module_stack``) and the source line (``stack_trace``) of the first of each.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from gradc.errors import UnsupportedError, VerifyError
+from gradc.ir import builders as B
+from gradc.ir.core import Graph, Parameter, Value
+from gradc.ir.state import SUFFIX
+from gradc.ir.types import Dim, DType, element_count
+from gradc.torch_ops import ATEN, PENDING, SKIPPED, TorchNode, aten_name, number
+# Importing a converter module registers its converters.
+from gradc import torch_math, torch_movement, torch_nn, torch_pool  # noqa: F401
+
+FOLD_LIMIT = 1 << 20  # elements of a tensor evaluated at import
+LIKE_LIMIT = 4096  # elements of a constant that only gives ``expand`` its shape
+RNG_INPUT, RNG_OUTPUT = "rng_state", "rng_state_out"
+
+DTYPES = {f"torch.{d.value}": d for d in DType}
+
+
+class TorchTranslator:
+    """One translation: the decomposed exported program in, the gradc graph out."""
+
+    def __init__(self, torch: Any, program: Any, name: str, symbols: dict[str, str]) -> None:
+        self.torch = torch
+        self.program = program
+        self.sig = program.graph_signature
+        self.graph = Graph(name or "main")
+        self.symbols = symbols
+        self.env: dict[Any, Any] = {}  # fx node -> Value, or a tuple of Value | None
+        self.consts: dict[Any, Any] = {}  # fx node -> torch tensor (or tuple) known at import
+        self.scalars: dict[Any, Any] = {}  # fx node -> Python or symbolic scalar
+        self.tensors: dict[Any, tuple[str, Any]] = {}  # placeholder -> (parameter name, tensor)
+        self.params: dict[str, Parameter] = {}
+        self.const_values: dict[Any, Value] = {}
+        self.shape_sources: dict[tuple, Value] = {}
+        self.failed: set[Any] = set()
+        self.problems: list[tuple[str, str, str]] = []  # (ATen name, where, message)
+        self.verify_only = True
+        self.coverage: Counter[tuple[str, str]] = Counter()  # (ATen name, how) -> nodes
+        self.rng: Value | None = None
+        self.rng_input: Value | None = None
+        self.reserved: set[str] = set()
+        self.temps = 0
+        self.torch_dir = os.path.dirname(getattr(torch, "__file__", "") or "") + os.sep
+
+    # -- the steps ------------------------------------------------------------------------
+    def run(self, raise_problems: bool = True) -> Graph:
+        """Translate the whole program (see the module docstring)."""
+        nodes = list(self.program.graph.nodes)
+        with self.graph:
+            self._placeholders(nodes)
+            for node in nodes:
+                if node.op == "call_function":
+                    self._node(node)
+            for node in nodes:
+                if node.op == "output":
+                    self._outputs(node)
+        if self.problems and raise_problems:
+            self._raise_problems()
+        return self.graph
+
+    def _placeholders(self, nodes: list[Any]) -> None:
+        by_name = {n.name: n for n in nodes if n.op == "placeholder"}
+        canon = self._canonical_names()
+        mutated = set(self.sig.buffers_to_mutate.values())
+        outputs = self._output_names()
+        self.reserved = set(outputs) | {f"{canon.get(t, t)}{SUFFIX}" for t in mutated}
+        self.reserved |= {RNG_INPUT, RNG_OUTPUT} | set(canon.values())
+        for spec in self.sig.input_specs:
+            kind = spec.kind.name
+            node = by_name.get(getattr(spec.arg, "name", None))
+            if node is None:
+                self._problem("(inputs)", "(inputs)", f"input {spec.arg} of kind {kind} is not "
+                              "supported")
+                continue
+            if kind == "USER_INPUT":
+                self._user_input(node)
+            elif kind == "PARAMETER":
+                self.tensors[node] = (canon[spec.target], self.program.state_dict[spec.target])
+            elif kind == "BUFFER":
+                persistent = spec.persistent is not False
+                t = (self.program.state_dict if persistent
+                     else self.program.constants)[spec.target]
+                if spec.target in mutated:
+                    self.tensors[node] = (canon.get(spec.target, spec.target), t)
+                else:
+                    self.consts[node] = t
+            elif kind == "CONSTANT_TENSOR":
+                self.consts[node] = self.program.constants[spec.target]
+            else:
+                self._problem("(inputs)", "(inputs)", f"input {node.name!r}: inputs of kind "
+                              f"{kind} are not supported")
+                self.failed.add(node)
+
+    def _canonical_names(self) -> dict[str, str]:
+        """Each ``state_dict`` name -> the first name of the same tensor (tied weights)."""
+        first: dict[tuple, str] = {}
+        out: dict[str, str] = {}
+        for name, t in self.program.state_dict.items():
+            key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape),
+                   tuple(t.stride()), str(t.dtype)) if t.numel() else (name,)
+            out[name] = first.setdefault(key, name)
+        return out
+
+    def _user_input(self, node: Any) -> None:
+        val = node.meta.get("val")
+        if not hasattr(val, "dtype"):
+            self.scalars[node] = val  # a number the exporter specialized
+            return
+        try:
+            dtype = self._dtype(val.dtype)
+            shape = tuple(self.size(s, f"input {node.name!r}") for s in val.shape)
+            if any(d == 0 for d in shape):
+                raise UnsupportedError(f"shape {shape} has a 0 (gradc has no empty tensors)")
+            if node.name in self.reserved:
+                raise UnsupportedError("its name is also the name of an output or a parameter "
+                                       "(rename the forward's argument)")
+        except UnsupportedError as e:
+            self._problem("(inputs)", "(inputs)", f"input {node.name!r}: {e}")
+            self.failed.add(node)
+            return
+        v = self.graph.input(node.name, dtype, shape)
+        self.env[node] = v
+        self.shape_sources.setdefault(shape, v)
+
+    def _node(self, node: Any) -> None:
+        op = aten_name(node.target)
+        if op in SKIPPED:
+            self.scalars[node] = node.meta.get("val")
+            self.coverage[(op, "skipped")] += 1
+            return
+        if op == "operator.getitem":
+            self._getitem(node)
+            return
+        inputs = node.all_input_nodes
+        if any(x in self.failed for x in inputs):
+            self.failed.add(node)
+            return
+        val = node.meta.get("val")
+        if not _is_tensors(val):
+            self.scalars[node] = val  # arithmetic of sizes: read from the metadata where used
+            return
+        if self._fold(node, inputs, val):
+            self.coverage[(op, "folded")] += 1
+            return
+        n = TorchNode(node, self._where(node))
+        if op in PENDING:
+            self._refuse(n, f"needs gradc's {PENDING[op]} operator, which gradc does not have "
+                            "yet")
+            return
+        if op not in ATEN:
+            self._refuse(n, "is not supported (no converter for this ATen operator)")
+            return
+        start = len(self.graph.nodes)
+        try:
+            out = ATEN[op].build(n, self)
+        except UnsupportedError as e:
+            self.verify_only = False
+            self._refuse(n, str(e), start)
+            return
+        except VerifyError as e:
+            self._refuse(n, str(e), start)
+            return
+        self.coverage[(op, "mapped")] += 1
+        self._bind(node, out, start)
+
+    def _refuse(self, n: TorchNode, msg: str, start: int | None = None) -> None:
+        if start is None:
+            self.verify_only = False
+        self.problems.append((n.aten, n.where, f"{n.aten} ({n.where}): {msg}"))
+        self.coverage[(n.op, "refused")] += 1
+        self.failed.add(n.fx)
+        if start is not None:
+            self._name_temps(n.name, start, ())
+
+    def _problem(self, op: str, where: str, msg: str) -> None:
+        self.verify_only = False
+        self.problems.append((op, where, msg))
+
+    def _getitem(self, node: Any) -> None:
+        src, k = node.args
+        if src in self.failed:
+            self.failed.add(node)
+        elif src in self.consts:
+            self.consts[node] = self.consts[src][k]
+        elif src in self.scalars:
+            self.scalars[node] = node.meta.get("val")
+        else:
+            out = self.env[src]
+            v = out[k] if isinstance(out, tuple) and k < len(out) else None
+            if v is None:
+                n = TorchNode(src, self._where(src))
+                self._refuse(n, f"result {k} is not supported")
+                self.failed.add(node)
+                return
+            self.env[node] = v
+
+    # -- folding ----------------------------------------------------------------------------
+    def _fold(self, node: Any, inputs: Sequence[Any], val: Any) -> bool:
+        """Evaluate the node with torch when all it reads is known (module docstring)."""
+        torch = self.torch
+        if any(x not in self.consts and x not in self.scalars for x in inputs):
+            return False
+        if any(not isinstance(self.scalars[x], (int, float, bool)) for x in inputs
+               if x in self.scalars):
+            return False
+        tags = getattr(node.target, "tags", ())
+        if torch.Tag.nondeterministic_seeded in tags:
+            return False
+        for t in _tensor_leaves(val):
+            if any(not isinstance(s, int) for s in t.shape) or t.numel() > FOLD_LIMIT:
+                return False
+        fetch = lambda x: self.consts[x] if x in self.consts else self.scalars[x]  # noqa: E731
+        args = torch.fx.node.map_arg(node.args, fetch)
+        kwargs = torch.fx.node.map_arg(node.kwargs, fetch)
+        try:
+            with torch.no_grad():
+                result = node.target(*args, **kwargs)
+        except Exception:  # torch refused: leave the node to its converter
+            return False
+        self.consts[node] = tuple(result) if isinstance(result, (tuple, list)) else result
+        return True
+
+    # -- naming -----------------------------------------------------------------------------
+    def _bind(self, node: Any, out: Any, start: int) -> None:
+        results = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        self.env[node] = tuple(results) if isinstance(out, (tuple, list)) else out
+        new = {id(v) for m in self.graph.nodes[start:] for v in m.outputs}
+        for k, v in enumerate(results):
+            if v is None or id(v) not in new:
+                continue
+            name = node.name if len(results) == 1 else f"{node.name}_{k}"
+            if not self.graph.uses_name(name) and name not in self.reserved:
+                self.graph.rename(v, name)
+            self.shape_sources.setdefault(tuple(v.type.shape), v)
+        self._name_temps(node.name, start, results)
+
+    def _name_temps(self, base: str, start: int, results: Sequence[Any]) -> None:
+        keep = {id(v) for v in results if v is not None}
+        for m in self.graph.nodes[start:]:
+            for v in m.outputs:
+                if id(v) not in keep:
+                    self.graph.rename(v, self._temp_name(base))
+
+    def _temp_name(self, base: str) -> str:
+        while f"{base}:{self.temps}" in self.reserved or self.graph.uses_name(
+                f"{base}:{self.temps}"):
+            self.temps += 1
+        return f"{base}:{self.temps}"
+
+    # -- outputs ----------------------------------------------------------------------------
+    def _output_names(self) -> list[str]:
+        """The names of the user outputs (module docstring), from the program's output tree."""
+        count = len(self.sig.user_outputs)
+        pytree = self.torch.utils._pytree
+        try:
+            tree = pytree.tree_unflatten(list(range(count)), self.program.call_spec.out_spec)
+            leaves = pytree.tree_flatten_with_path(tree)[0]
+        except Exception:  # an output tree torch cannot rebuild: number the outputs
+            return [f"output_{i}" for i in range(count)] if count != 1 else ["output"]
+        names = [_path_name(path) for path, _ in leaves]
+        if len(set(names)) != len(names):
+            return [f"output_{i}" for i in range(count)]
+        return names
+
+    def _outputs(self, node: Any) -> None:
+        names = iter(self._output_names())
+        updates: list[tuple[str, Any]] = []
+        for spec, arg in zip(self.sig.output_specs, node.args[0]):
+            kind = spec.kind.name
+            if kind in ("USER_OUTPUT", "LOSS_OUTPUT"):
+                self._user_output(next(names), arg)
+            elif kind == "BUFFER_MUTATION":
+                updates.append((spec.target, arg))
+            else:
+                self._problem("(outputs)", "(outputs)", f"the forward changes {spec.target!r} "
+                              f"in place (output kind {kind}); gradc graphs change nothing but "
+                              "their state")
+        placeholders = {self.sig.inputs_to_buffers.get(n.name): n
+                        for n in self.program.graph.nodes if n.op == "placeholder"}
+        for target, arg in updates:
+            if arg in self.failed or placeholders.get(target) in self.failed:
+                continue
+            param = self._parameter(placeholders[target])
+            self.graph.output(self.value(arg, f"update of {target!r}"), f"{param.name}{SUFFIX}")
+        if self.rng is not None and self.rng is not self.rng_input:
+            self.graph.output(self.rng, RNG_OUTPUT)
+
+    def _user_output(self, name: str, arg: Any) -> None:
+        if arg in self.failed:
+            return
+        if not hasattr(arg, "op") or not _is_tensors(arg.meta.get("val")):
+            self._problem("(outputs)", "(outputs)", f"output {name!r} is {arg!r}, not a tensor "
+                          "(a gradc graph outputs tensors)")
+            return
+        self.graph.output(self.value(arg, f"output {name!r}"), name)
+
+    def _raise_problems(self) -> None:
+        items = [msg for _, _, msg in self.problems]
+        head = (f"torch program {self.graph.name!r}: {len(items)} unsupported "
+                f"feature{'s' if len(items) > 1 else ''}: ")
+        if len(items) == 1:
+            head += items[0]
+        else:
+            head += _summary(self.problems) + "\n" + "\n".join(items)
+        e: Any = (VerifyError if self.verify_only else UnsupportedError)(head)
+        e.problems = items
+        raise e
+
+    # -- where a node comes from ------------------------------------------------------------
+    def _where(self, node: Any) -> str:
+        """``node 'conv_3' in 'layers.0.conv1', model.py:42`` (what torch recorded)."""
+        parts = [f"node {node.name!r}"]
+        stack = node.meta.get("nn_module_stack") or {}
+        if stack:
+            path = _module_path(str(list(stack.values())[-1][0]))
+            if path:
+                parts[0] += f" in {path!r}"
+        source = self._source(node.meta.get("stack_trace") or "")
+        if source:
+            parts.append(source)
+        return ", ".join(parts)
+
+    def _source(self, trace: str) -> str:
+        """The innermost frame of the trace outside torch's own files: ``model.py:42``."""
+        frames = re.findall(r'File "([^"]+)", line (\d+)', trace)
+        if not frames:
+            return ""
+        own = [f for f in frames if not f[0].startswith(self.torch_dir)]
+        file, line = (own or frames)[-1]
+        return f"{os.path.basename(file)}:{line}"
+
+    # -- the Context protocol of the converters ---------------------------------------------
+    def value(self, arg: Any, field: str) -> Value:
+        """The gradc value of a tensor argument."""
+        if _is_node(arg):
+            if arg in self.env:
+                v = self.env[arg]
+                if isinstance(v, tuple):
+                    raise VerifyError(f"argument {field}: expected one tensor, got the results "
+                                      f"of {arg.name!r}")
+                return v
+            if arg in self.tensors:
+                return self._parameter(arg)
+            if arg in self.consts:
+                return self._constant(arg, field)
+        raise VerifyError(f"argument {field}: expected a tensor, got {arg!r}")
+
+    def operand(self, arg: Any, dtype: DType, field: str) -> Value:
+        """A tensor or Python number as a value of ``dtype`` (cast or made a constant)."""
+        if isinstance(arg, (bool, int, float)):
+            return B.constant(number(arg, dtype, field))
+        v = self.value(arg, field)
+        return v if v.type.dtype == dtype else B.cast(v, dtype)
+
+    def dim(self, arg: Any, field: str) -> Dim:
+        """A size argument (an int, a SymInt or the node computing it) as a gradc dim."""
+        if isinstance(arg, bool):
+            raise VerifyError(f"argument {field}: expected a size, got {arg!r}")
+        if isinstance(arg, int):
+            return arg
+        val = self.scalars.get(arg, arg.meta.get("val")) if hasattr(arg, "meta") else arg
+        return self.size(val, field)
+
+    def size(self, s: Any, field: str) -> Dim:
+        """An int or SymInt as a gradc dim: an int or the name of a symbol."""
+        if isinstance(s, int):
+            return s
+        expr = getattr(getattr(s, "node", None), "expr", None)
+        if expr is None:
+            raise VerifyError(f"{field}: expected a size, got {s!r}")
+        if expr.is_Integer:
+            return int(expr)
+        if expr.is_Symbol:
+            return self.symbols.get(str(expr), str(expr))
+        raise UnsupportedError(f"{field}: the size {expr} is computed from symbolic sizes "
+                               "(gradc keeps every symbolic size whole)")
+
+    def shape(self, n: TorchNode, k: int = 0) -> tuple[Dim, ...]:
+        """The shape of result ``k`` of a node, from the exporter's metadata."""
+        val = n.meta[k] if isinstance(n.meta, (tuple, list)) else n.meta
+        return tuple(self.size(s, f"result {k}") for s in val.shape)
+
+    def dtype(self, n: TorchNode, k: int = 0) -> DType:
+        """The dtype of result ``k`` of a node, from the exporter's metadata."""
+        val = n.meta[k] if isinstance(n.meta, (tuple, list)) else n.meta
+        return self._dtype(val.dtype)
+
+    def common_dtype(self, *args: Any) -> DType:
+        """PyTorch's type promotion (``torch.result_type``) of tensors and numbers."""
+        torch = self.torch
+        items = []
+        for a in args:
+            val = a.meta.get("val") if hasattr(a, "meta") else a
+            if _is_node(a) and a in self.consts:
+                val = self.consts[a]
+            if hasattr(val, "dtype"):
+                items.append(torch.empty(() if val.dim() == 0 else (1,), dtype=val.dtype))
+            elif isinstance(val, (bool, int, float)):
+                items.append(val)
+        tensors = [t for t in items if isinstance(t, torch.Tensor)]
+        if not tensors:
+            raise VerifyError("expected a tensor among the operands, got numbers only")
+        result = items[0]
+        for other in items[1:]:
+            dt = torch.result_type(result, other)
+            result = torch.empty(() if all(getattr(t, "ndim", 1) == 0 for t in (result, other)
+                                           if isinstance(t, torch.Tensor)) else (1,), dtype=dt)
+        return self._dtype(result.dtype if isinstance(result, torch.Tensor)
+                           else torch.result_type(tensors[0], result))
+
+    def like(self, dims: Sequence[Dim], what: str) -> Value:
+        """A value of exactly these dims for ``expand``: a value of that shape, else a small
+        constant (at most ``LIKE_LIMIT`` elements, or one element padded at run time)."""
+        source = self.shape_sources.get(tuple(dims))
+        if source is not None:
+            return source
+        if any(isinstance(d, str) for d in dims):
+            raise UnsupportedError(f"{what}: the shape {tuple(dims)} has a symbolic size and no "
+                                   "value of the graph has that shape")
+        static = [int(d) for d in dims]
+        if element_count(static) <= LIKE_LIMIT:
+            return B.constant(np.zeros(static, np.uint8))
+        one = B.constant(np.zeros([1] * len(static), np.uint8))
+        return B.pad(one, [0] * len(static), [d - 1 for d in static])
+
+    def rng_state(self) -> Value:
+        """The dropout state to draw from next: the input ``rng_state`` at first."""
+        if self.rng is None:
+            if self.graph.uses_name(RNG_INPUT):
+                raise UnsupportedError(f"training-mode dropout adds the input {RNG_INPUT!r}, a "
+                                       "name the forward already uses")
+            self.rng = self.rng_input = self.graph.input(RNG_INPUT, DType.uint32, (6,))
+        return self.rng
+
+    def set_rng_state(self, state: Value) -> None:
+        """The state the next dropout draws from."""
+        self.rng = state
+
+    # -- values -----------------------------------------------------------------------------
+    def _parameter(self, node: Any) -> Parameter:
+        name, t = self.tensors[node]
+        if name not in self.params:
+            array = self._array(t, f"parameter {name!r}")
+            self.params[name] = self.graph.add_parameter(name, array)
+        return self.params[name]
+
+    def _constant(self, node: Any, field: str) -> Value:
+        if node not in self.const_values:
+            t = self.consts[node]
+            if not hasattr(t, "dtype"):
+                raise VerifyError(f"argument {field}: expected a tensor, got {t!r}")
+            v = B.constant(self._array(t, f"constant {node.name!r}"))
+            if not self.graph.uses_name(node.name) and node.name not in self.reserved:
+                self.graph.rename(v, node.name)
+            self.const_values[node] = v
+        return self.const_values[node]
+
+    def _array(self, t: Any, what: str) -> np.ndarray:
+        self._dtype(t.dtype, what)
+        if t.numel() == 0:
+            raise UnsupportedError(f"{what} is empty (shape {tuple(t.shape)}); gradc has no "
+                                   "empty tensors")
+        return np.array(t.detach().cpu().contiguous().numpy(), order="C", copy=True)
+
+    def _dtype(self, dtype: Any, what: str = "dtype") -> DType:
+        d = DTYPES.get(str(dtype))
+        if d is None:
+            raise UnsupportedError(f"{what}: {str(dtype).replace('torch.', '')} is not a gradc "
+                                   "dtype")
+        return d
+
+
+def _is_node(a: Any) -> bool:
+    """True for an fx node (an argument computed by the graph)."""
+    return hasattr(a, "op") and hasattr(a, "target") and hasattr(a, "meta")
+
+
+def _is_tensors(val: Any) -> bool:
+    """True for a tensor, or a tuple or list holding tensors (a node with several results)."""
+    if isinstance(val, (tuple, list)):
+        return any(_is_tensors(v) for v in val)
+    return hasattr(val, "dtype") and hasattr(val, "shape")
+
+
+def _tensor_leaves(val: Any) -> Iterator[Any]:
+    if isinstance(val, (tuple, list)):
+        for v in val:
+            yield from _tensor_leaves(v)
+    elif hasattr(val, "dtype") and hasattr(val, "shape"):
+        yield val
+
+
+def _module_path(path: str) -> str:
+    """``layers.0.conv1`` from the forms torch has used: ``L['self'].layers[0].conv1``,
+    ``L__self___layers_0_conv1`` is left as it is."""
+    path = re.sub(r"^L\['self'\]\.?", "", path)
+    return re.sub(r"\[(\d+)\]", r".\1", path).strip(".")
+
+
+def _path_name(path: Sequence[Any]) -> str:
+    """An output's name from its pytree key path (module docstring)."""
+    if not path:
+        return "output"
+    parts: list[str] = []
+    for i, key in enumerate(path):
+        if hasattr(key, "idx"):
+            parts.append(f"output_{key.idx}" if i == 0 else str(key.idx))
+        elif hasattr(key, "key"):
+            parts.append(str(key.key))
+        else:
+            parts.append(str(getattr(key, "name", key)))
+    return ".".join(parts)
+
+
+def _summary(problems: list[tuple[str, str, str]]) -> str:
+    """Problems grouped by ATen operator in program order: ``aten.gelu.default (2 nodes,
+    first node 'gelu' in 'mlp', model.py:12)``."""
+    groups: dict[str, list[str]] = {}
+    for op, where, _ in problems:
+        groups.setdefault(op, []).append(where)
+    parts = []
+    for op, wheres in groups.items():
+        count = f"{len(wheres)} node{'s' if len(wheres) > 1 else ''}"
+        parts.append(f"{op} ({count}, first {wheres[0]})" if not op.startswith("(") else
+                     f"{op} ({len(wheres)})")
+    return ", ".join(parts) + " (the full message lists every feature, one per line: --debug)"
+
+
+__all__ = ["TorchTranslator", "FOLD_LIMIT", "DTYPES"]
