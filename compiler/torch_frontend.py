@@ -23,9 +23,12 @@ PyTorch is imported here alone, lazily: ``import gradc`` never loads it, and wit
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import logging
 import os
-from typing import Any, Mapping
+import warnings
+from typing import Any, Iterator, Mapping
 
 from gradc.errors import ParseError, UnsupportedError, VerifyError
 from gradc.ir.core import Graph
@@ -70,7 +73,25 @@ def decomposition_table(torch: Any) -> Any:
 
 def decompose(program: Any) -> Any:
     """The exported program lowered to the core ATen operators that ``from_torch`` reads."""
-    return program.run_decompositions(decomposition_table(import_torch()))
+    table = decomposition_table(import_torch())
+    with quiet():
+        return program.run_decompositions(table)
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """torch's own deprecation notices (``run_decompositions`` copies its pytree specs with a
+    deprecated check) and its log of a file it cannot read (gradc reports that itself) are not
+    shown to gradc's users."""
+    log = logging.getLogger("torch.export")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            yield
+    finally:
+        log.setLevel(level)
 
 
 def from_torch(module: Any, args: Any, kwargs: Mapping[str, Any] | None = None,
@@ -105,7 +126,7 @@ def translate(program: Any, name: str = "main", symbols: Mapping[str, str] | Non
     """An exported program (``torch.export.ExportedProgram``) as a gradc graph."""
     torch = import_torch()
     try:
-        program = program.run_decompositions(decomposition_table(torch))
+        program = decompose(program)
     except Exception as e:  # a decomposition torch itself cannot run
         raise UnsupportedError(f"from_torch: torch could not decompose {name!r} to core ATen: "
                                f"{_first_line(e)}") from None
@@ -121,7 +142,8 @@ def load_pt2(path: str | os.PathLike[str]) -> Graph:
         raise ParseError(f"{p}: is a directory, not a .pt2 file")
     torch = import_torch()
     try:
-        program = torch.export.load(p)
+        with quiet():
+            program = torch.export.load(p)
     except Exception as e:  # zip, pickle and schema errors of many kinds
         raise ParseError(f"{p}: not a readable torch.export program (.pt2) "
                          f"({type(e).__name__}: {_first_line(e)})") from None

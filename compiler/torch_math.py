@@ -195,6 +195,20 @@ def _max_min(n: TorchNode, ctx: Context) -> Value:
     return fn(*_operands(n, ctx, dt))
 
 
+@aten("elu.default")
+def _elu(n: TorchNode, ctx: Context) -> Value:
+    """``x * scale`` where ``x > 0``, else ``(exp(x * input_scale) - 1) * alpha * scale``."""
+    x = _float_operand(n, ctx)
+    dt = x.type.dtype
+    alpha, scale = float(n.arg("alpha", 1.0)), float(n.arg("scale", 1.0))
+    input_scale = float(n.arg("input_scale", 1.0))
+    c = lambda v: B.constant(np.array(v, np.float64).astype(dt.numpy))  # noqa: E731
+    inner = x if input_scale == 1 else B.mul(x, c(input_scale))
+    neg = B.mul(B.sub(B.exp(inner), c(1.0)), c(alpha * scale))
+    pos = x if scale == 1 else B.mul(x, c(scale))
+    return B.where(B.greater(x, c(0.0)), pos, neg)
+
+
 @aten("pow.Tensor_Scalar")
 def _pow(n: TorchNode, ctx: Context) -> Value:
     e = n.arg("exponent")

@@ -171,23 +171,24 @@ class TorchTranslator:
             self._getitem(node)
             return
         inputs = node.all_input_nodes
-        if any(x in self.failed for x in inputs):
-            self.failed.add(node)
-            return
         val = node.meta.get("val")
         if not _is_tensors(val):
             self.scalars[node] = val  # arithmetic of sizes: read from the metadata where used
             return
-        if self._fold(node, inputs, val):
+        blocked = any(x in self.failed for x in inputs)
+        if not blocked and self._fold(node, inputs, val):
             self.coverage[(op, "folded")] += 1
             return
         n = TorchNode(node, self._where(node))
-        if op in PENDING:
+        if op in PENDING:  # reported also after a refused input: every missing op is news
             self._refuse(n, f"needs gradc's {PENDING[op]} operator, which gradc does not have "
                             "yet")
             return
         if op not in ATEN:
             self._refuse(n, "is not supported (no converter for this ATen operator)")
+            return
+        if blocked:
+            self.failed.add(node)
             return
         start = len(self.graph.nodes)
         try:
