@@ -174,7 +174,8 @@ def _batch_size(args: argparse.Namespace, inputs: list) -> tuple[int, bool]:
         if args.batch_size is not None and args.batch_size != b:
             raise TrainCliError(f"--batch-size {args.batch_size}: the model's inputs have a "
                                 f"fixed batch of {b} (export it with a symbolic batch, e.g. "
-                                f"dynamic_axes, to train with other sizes)")
+                                f"torch.export's dynamic_shapes or torch.onnx's dynamic_axes, "
+                                f"to train with other sizes)")
         return b, True
     return (args.batch_size or DEFAULT_BATCH), False
 
