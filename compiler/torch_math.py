@@ -348,7 +348,7 @@ def _full(n: TorchNode, ctx: Context) -> Value:
     dims = ctx.shape(n)
     dt = ctx.dtype(n)
     if not dims:
-        return B.constant(np.array(n.arg("fill_value"), dt.numpy))
+        return B.constant(number(n.arg("fill_value"), dt, "fill_value"))
     return _filled(n.arg("fill_value"), dt, ctx.like(dims, "argument size"))
 
 
@@ -358,13 +358,13 @@ def _full_like(n: TorchNode, ctx: Context) -> Value:
     value = n.arg("fill_value") if fill is None else fill
     like = ctx.value(n.arg("self"), "self")
     if not like.type.shape:
-        return B.constant(np.array(value, ctx.dtype(n).numpy))
+        return B.constant(number(value, ctx.dtype(n), "fill_value"))
     return _filled(value, ctx.dtype(n), like)
 
 
 @aten("scalar_tensor.default")
 def _scalar_tensor(n: TorchNode, ctx: Context) -> Value:
-    return B.constant(np.array(n.arg("s"), ctx.dtype(n).numpy))
+    return B.constant(number(n.arg("s"), ctx.dtype(n), "s"))
 
 
 @aten("arange.start_step", "arange.default", "arange.start")

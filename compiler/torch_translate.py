@@ -27,7 +27,10 @@ order, and asks the table of ``gradc.torch_ops`` for each node. Decisions:
 - **Errors.** Every node that cannot be translated (an operator outside the table, one waiting
   for a gradc operator, arguments gradc does not take) is collected; they are raised together
   as one ``UnsupportedError`` whose first line groups them by ATen operator, with the module
-  path (``nn_module_stack``) and the source line (``stack_trace``) of the first of each.
+  path (``nn_module_stack``) and the source line (``stack_trace``) of the first of each (a
+  ``VerifyError`` when every problem is an argument that a gradc operator rejects).
+
+What converters ask (values, sizes, dtypes) is ``TorchValues``, in ``torch_values.py``.
 """
 
 from __future__ import annotations
@@ -37,47 +40,28 @@ import re
 from collections import Counter
 from typing import Any, Iterator, Sequence
 
-import numpy as np
-
 from gradc.errors import UnsupportedError, VerifyError
-from gradc.ir import builders as B
-from gradc.ir.core import Graph, Parameter, Value
+from gradc.ir.core import Graph
 from gradc.ir.state import SUFFIX
-from gradc.ir.types import Dim, DType, element_count
-from gradc.torch_ops import ATEN, PENDING, SKIPPED, TorchNode, aten_name, number
+from gradc.torch_ops import ATEN, PENDING, SKIPPED, TorchNode, aten_name
+from gradc.torch_values import RNG_INPUT, RNG_OUTPUT, TorchValues
 # Importing a converter module registers its converters.
 from gradc import torch_math, torch_movement, torch_nn, torch_pool  # noqa: F401
 
 FOLD_LIMIT = 1 << 20  # elements of a tensor evaluated at import
-LIKE_LIMIT = 4096  # elements of a constant that only gives ``expand`` its shape
-RNG_INPUT, RNG_OUTPUT = "rng_state", "rng_state_out"
-
-DTYPES = {f"torch.{d.value}": d for d in DType}
 
 
-class TorchTranslator:
+class TorchTranslator(TorchValues):
     """One translation: the decomposed exported program in, the gradc graph out."""
 
     def __init__(self, torch: Any, program: Any, name: str, symbols: dict[str, str]) -> None:
-        self.torch = torch
+        super().__init__(torch, name, symbols)
         self.program = program
         self.sig = program.graph_signature
-        self.graph = Graph(name or "main")
-        self.symbols = symbols
-        self.env: dict[Any, Any] = {}  # fx node -> Value, or a tuple of Value | None
-        self.consts: dict[Any, Any] = {}  # fx node -> torch tensor (or tuple) known at import
-        self.scalars: dict[Any, Any] = {}  # fx node -> Python or symbolic scalar
-        self.tensors: dict[Any, tuple[str, Any]] = {}  # placeholder -> (parameter name, tensor)
-        self.params: dict[str, Parameter] = {}
-        self.const_values: dict[Any, Value] = {}
-        self.shape_sources: dict[tuple, Value] = {}
         self.failed: set[Any] = set()
         self.problems: list[tuple[str, str, str]] = []  # (ATen name, where, message)
-        self.verify_only = True
+        self.verify_only = True  # every problem a VerifyError: raise that, not Unsupported
         self.coverage: Counter[tuple[str, str]] = Counter()  # (ATen name, how) -> nodes
-        self.rng: Value | None = None
-        self.rng_input: Value | None = None
-        self.reserved: set[str] = set()
         self.temps = 0
         self.torch_dir = os.path.dirname(getattr(torch, "__file__", "") or "") + os.sep
 
@@ -369,151 +353,6 @@ class TorchTranslator:
         file, line = (own or frames)[-1]
         return f"{os.path.basename(file)}:{line}"
 
-    # -- the Context protocol of the converters ---------------------------------------------
-    def value(self, arg: Any, field: str) -> Value:
-        """The gradc value of a tensor argument."""
-        if _is_node(arg):
-            if arg in self.env:
-                v = self.env[arg]
-                if isinstance(v, tuple):
-                    raise VerifyError(f"argument {field}: expected one tensor, got the results "
-                                      f"of {arg.name!r}")
-                return v
-            if arg in self.tensors:
-                return self._parameter(arg)
-            if arg in self.consts:
-                return self._constant(arg, field)
-        raise VerifyError(f"argument {field}: expected a tensor, got {arg!r}")
-
-    def operand(self, arg: Any, dtype: DType, field: str) -> Value:
-        """A tensor or Python number as a value of ``dtype`` (cast or made a constant)."""
-        if isinstance(arg, (bool, int, float)):
-            return B.constant(number(arg, dtype, field))
-        v = self.value(arg, field)
-        return v if v.type.dtype == dtype else B.cast(v, dtype)
-
-    def dim(self, arg: Any, field: str) -> Dim:
-        """A size argument (an int, a SymInt or the node computing it) as a gradc dim."""
-        if isinstance(arg, bool):
-            raise VerifyError(f"argument {field}: expected a size, got {arg!r}")
-        if isinstance(arg, int):
-            return arg
-        val = self.scalars.get(arg, arg.meta.get("val")) if hasattr(arg, "meta") else arg
-        return self.size(val, field)
-
-    def size(self, s: Any, field: str) -> Dim:
-        """An int or SymInt as a gradc dim: an int or the name of a symbol."""
-        if isinstance(s, int):
-            return s
-        expr = getattr(getattr(s, "node", None), "expr", None)
-        if expr is None:
-            raise VerifyError(f"{field}: expected a size, got {s!r}")
-        if expr.is_Integer:
-            return int(expr)
-        if expr.is_Symbol:
-            return self.symbols.get(str(expr), str(expr))
-        raise UnsupportedError(f"{field}: the size {expr} is computed from symbolic sizes "
-                               "(gradc keeps every symbolic size whole)")
-
-    def shape(self, n: TorchNode, k: int = 0) -> tuple[Dim, ...]:
-        """The shape of result ``k`` of a node, from the exporter's metadata."""
-        val = n.meta[k] if isinstance(n.meta, (tuple, list)) else n.meta
-        return tuple(self.size(s, f"result {k}") for s in val.shape)
-
-    def dtype(self, n: TorchNode, k: int = 0) -> DType:
-        """The dtype of result ``k`` of a node, from the exporter's metadata."""
-        val = n.meta[k] if isinstance(n.meta, (tuple, list)) else n.meta
-        return self._dtype(val.dtype)
-
-    def common_dtype(self, *args: Any) -> DType:
-        """PyTorch's type promotion (``torch.result_type``) of tensors and numbers."""
-        torch = self.torch
-        items = []
-        for a in args:
-            val = a.meta.get("val") if hasattr(a, "meta") else a
-            if _is_node(a) and a in self.consts:
-                val = self.consts[a]
-            if hasattr(val, "dtype"):
-                items.append(torch.empty(() if val.dim() == 0 else (1,), dtype=val.dtype))
-            elif isinstance(val, (bool, int, float)):
-                items.append(val)
-        tensors = [t for t in items if isinstance(t, torch.Tensor)]
-        if not tensors:
-            raise VerifyError("expected a tensor among the operands, got numbers only")
-        result = items[0]
-        for other in items[1:]:
-            dt = torch.result_type(result, other)
-            result = torch.empty(() if all(getattr(t, "ndim", 1) == 0 for t in (result, other)
-                                           if isinstance(t, torch.Tensor)) else (1,), dtype=dt)
-        return self._dtype(result.dtype if isinstance(result, torch.Tensor)
-                           else torch.result_type(tensors[0], result))
-
-    def like(self, dims: Sequence[Dim], what: str) -> Value:
-        """A value of exactly these dims for ``expand``: a value of that shape, else a small
-        constant (at most ``LIKE_LIMIT`` elements, or one element padded at run time)."""
-        source = self.shape_sources.get(tuple(dims))
-        if source is not None:
-            return source
-        if any(isinstance(d, str) for d in dims):
-            raise UnsupportedError(f"{what}: the shape {tuple(dims)} has a symbolic size and no "
-                                   "value of the graph has that shape")
-        static = [int(d) for d in dims]
-        if element_count(static) <= LIKE_LIMIT:
-            return B.constant(np.zeros(static, np.uint8))
-        one = B.constant(np.zeros([1] * len(static), np.uint8))
-        return B.pad(one, [0] * len(static), [d - 1 for d in static])
-
-    def rng_state(self) -> Value:
-        """The dropout state to draw from next: the input ``rng_state`` at first."""
-        if self.rng is None:
-            if self.graph.uses_name(RNG_INPUT):
-                raise UnsupportedError(f"training-mode dropout adds the input {RNG_INPUT!r}, a "
-                                       "name the forward already uses")
-            self.rng = self.rng_input = self.graph.input(RNG_INPUT, DType.uint32, (6,))
-        return self.rng
-
-    def set_rng_state(self, state: Value) -> None:
-        """The state the next dropout draws from."""
-        self.rng = state
-
-    # -- values -----------------------------------------------------------------------------
-    def _parameter(self, node: Any) -> Parameter:
-        name, t = self.tensors[node]
-        if name not in self.params:
-            array = self._array(t, f"parameter {name!r}")
-            self.params[name] = self.graph.add_parameter(name, array)
-        return self.params[name]
-
-    def _constant(self, node: Any, field: str) -> Value:
-        if node not in self.const_values:
-            t = self.consts[node]
-            if not hasattr(t, "dtype"):
-                raise VerifyError(f"argument {field}: expected a tensor, got {t!r}")
-            v = B.constant(self._array(t, f"constant {node.name!r}"))
-            if not self.graph.uses_name(node.name) and node.name not in self.reserved:
-                self.graph.rename(v, node.name)
-            self.const_values[node] = v
-        return self.const_values[node]
-
-    def _array(self, t: Any, what: str) -> np.ndarray:
-        self._dtype(t.dtype, what)
-        if t.numel() == 0:
-            raise UnsupportedError(f"{what} is empty (shape {tuple(t.shape)}); gradc has no "
-                                   "empty tensors")
-        return np.array(t.detach().cpu().contiguous().numpy(), order="C", copy=True)
-
-    def _dtype(self, dtype: Any, what: str = "dtype") -> DType:
-        d = DTYPES.get(str(dtype))
-        if d is None:
-            raise UnsupportedError(f"{what}: {str(dtype).replace('torch.', '')} is not a gradc "
-                                   "dtype")
-        return d
-
-
-def _is_node(a: Any) -> bool:
-    """True for an fx node (an argument computed by the graph)."""
-    return hasattr(a, "op") and hasattr(a, "target") and hasattr(a, "meta")
-
 
 def _is_tensors(val: Any) -> bool:
     """True for a tensor, or a tuple or list holding tensors (a node with several results)."""
@@ -566,4 +405,4 @@ def _summary(problems: list[tuple[str, str, str]]) -> str:
     return ", ".join(parts) + " (the full message lists every feature, one per line: --debug)"
 
 
-__all__ = ["TorchTranslator", "FOLD_LIMIT", "DTYPES"]
+__all__ = ["TorchTranslator", "FOLD_LIMIT"]
