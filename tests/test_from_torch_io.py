@@ -148,9 +148,19 @@ def test_training_step_and_trainer_take_the_graph(tmp_path):
         tr.step(image=x.numpy(), bias=b.numpy(), target=t.numpy())
     assert int(tr.parameters["bn.num_batches_tracked"]) == 2
     assert int(tr.parameters["steps"]) == 2
-    tr.export(tmp_path / "net.onnx")  # the inference form: the state outputs are dropped
     back = tr.to_torch(_net())
     assert int(back.steps) == 2 and int(back.bn.num_batches_tracked) == 2
+    # The inference form (batch norm with the running statistics) runs in onnxruntime as the
+    # copied-back module does in eval mode.
+    import onnxruntime as ort
+    tr.export(tmp_path / "net.onnx")
+    sess = ort.InferenceSession(str(tmp_path / "net.onnx"), providers=["CPUExecutionProvider"])
+    got = dict(zip([o.name for o in sess.get_outputs()],
+                   sess.run(None, {"image": x.numpy(), "bias": b.numpy()})))
+    with torch.no_grad():
+        want = back.eval()(x, b)
+    np.testing.assert_allclose(got["out"], want["out"].numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(got["parts.1"], want["parts"][1].numpy(), rtol=1e-10, atol=1e-12)
 
 
 def test_to_torch_refuses_a_module_that_does_not_fit():
