@@ -88,6 +88,9 @@ class TorchTranslator(TorchValues):
         outputs = self._output_names()
         self.reserved = set(outputs) | {f"{canon.get(t, t)}{SUFFIX}" for t in mutated}
         self.reserved |= {RNG_INPUT, RNG_OUTPUT} | set(canon.values())
+        for name in sorted(set(outputs) & (set(canon.values()) | {RNG_INPUT, RNG_OUTPUT})):
+            self._problem("(outputs)", "(outputs)", f"output {name!r}: the name of a parameter "
+                          "or of the dropout state (rename the output's key)")
         for spec in self.sig.input_specs:
             kind = spec.kind.name
             node = by_name.get(getattr(spec.arg, "name", None))
@@ -310,8 +313,9 @@ class TorchTranslator(TorchValues):
             self.graph.output(self.rng, RNG_OUTPUT)
 
     def _user_output(self, name: str, arg: Any) -> None:
-        if arg in self.failed:
-            return
+        if arg in self.failed or name in self.params or self.graph.uses_name(name) and any(
+                v.name == name for v in self.graph.inputs):
+            return  # (a clash of names is reported with the placeholders)
         if not hasattr(arg, "op") or not _is_tensors(arg.meta.get("val")):
             self._problem("(outputs)", "(outputs)", f"output {name!r} is {arg!r}, not a tensor "
                           "(a gradc graph outputs tensors)")
@@ -393,15 +397,18 @@ def _path_name(path: Sequence[Any]) -> str:
 
 def _summary(problems: list[tuple[str, str, str]]) -> str:
     """Problems grouped by ATen operator in program order: ``aten.gelu.default (2 nodes,
-    first node 'gelu' in 'mlp', model.py:12)``."""
-    groups: dict[str, list[str]] = {}
-    for op, where, _ in problems:
-        groups.setdefault(op, []).append(where)
+    first node 'gelu' in 'mlp', model.py:12)``; those of the inputs and outputs by kind."""
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for op, where, msg in problems:
+        groups.setdefault(op, []).append((where, msg))
     parts = []
-    for op, wheres in groups.items():
-        count = f"{len(wheres)} node{'s' if len(wheres) > 1 else ''}"
-        parts.append(f"{op} ({count}, first {wheres[0]})" if not op.startswith("(") else
-                     f"{op} ({len(wheres)})")
+    for op, items in groups.items():
+        k = len(items)
+        if op.startswith("("):  # "(inputs)", "(outputs)": no node to point at
+            parts.append(f"{op[1:-1]} ({k} problem{'s' if k > 1 else ''}, first: "
+                         f"{items[0][1]})")
+        else:
+            parts.append(f"{op} ({k} node{'s' if k > 1 else ''}, first {items[0][0]})")
     return ", ".join(parts) + " (the full message lists every feature, one per line: --debug)"
 
 

@@ -296,3 +296,21 @@ def test_without_torch_from_torch_says_how_to_install_it():
     """)
     assert r.stdout.strip() == "from_torch: PyTorch is not installed (pip install " \
                                "'gradc[torch]')", r.stderr
+
+
+def test_names_that_clash_are_refused_together():
+    class Clash(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(3))
+
+        def forward(self, output):
+            return {"weight": output * self.weight, "output": output + 1}
+
+    with pytest.raises(gradc.UnsupportedError) as e:
+        gradc.from_torch(Clash(), (torch.ones(3),))
+    assert str(e.value).splitlines()[1:] == [
+        "output 'weight': the name of a parameter or of the dropout state (rename the output's "
+        "key)",
+        "input 'output': its name is also the name of an output or a parameter (rename the "
+        "forward's argument)"]
