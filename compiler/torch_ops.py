@@ -159,8 +159,8 @@ class Context(Protocol):
     def dtype(self, n: TorchNode, k: int = 0) -> DType:
         """The dtype of result ``k`` of a node, from the exporter's metadata."""
 
-    def common_dtype(self, *args: Any) -> DType:
-        """PyTorch's type promotion of tensor and number arguments."""
+    def common_dtype(self, a: Any, b: Any) -> DType:
+        """PyTorch's type promotion of two tensor or number arguments."""
 
     def like(self, dims: Sequence[Dim], what: str) -> Value:
         """A value of exactly these dims, for ``expand`` (its elements are never read)."""

@@ -63,6 +63,7 @@ class TorchTranslator(TorchValues):
         self.verify_only = True  # every problem a VerifyError: raise that, not Unsupported
         self.coverage: Counter[tuple[str, str]] = Counter()  # (ATen name, how) -> nodes
         self.temps = 0
+        self.output_names: list[str] | None = None
         self.torch_dir = os.path.dirname(getattr(torch, "__file__", "") or "") + os.sep
 
     # -- the steps ------------------------------------------------------------------------
@@ -212,7 +213,7 @@ class TorchTranslator(TorchValues):
         elif src in self.scalars:
             self.scalars[node] = node.meta.get("val")
         else:
-            out = self.env[src]
+            out = self.env.get(src)
             v = out[k] if isinstance(out, tuple) and k < len(out) else None
             if v is None:
                 n = TorchNode(src, self._where(src))
@@ -258,11 +259,12 @@ class TorchTranslator(TorchValues):
             name = node.name if len(results) == 1 else f"{node.name}_{k}"
             if not self.graph.uses_name(name) and name not in self.reserved:
                 self.graph.rename(v, name)
+                self.named.add(id(v))
             self.shape_sources.setdefault(tuple(v.type.shape), v)
         self._name_temps(node.name, start, results)
 
     def _name_temps(self, base: str, start: int, results: Sequence[Any]) -> None:
-        keep = {id(v) for v in results if v is not None}
+        keep = {id(v) for v in results if v is not None} | self.named
         for m in self.graph.nodes[start:]:
             for v in m.outputs:
                 if id(v) not in keep:
@@ -277,6 +279,11 @@ class TorchTranslator(TorchValues):
     # -- outputs ----------------------------------------------------------------------------
     def _output_names(self) -> list[str]:
         """The names of the user outputs (module docstring), from the program's output tree."""
+        if self.output_names is None:
+            self.output_names = self._name_outputs()
+        return self.output_names
+
+    def _name_outputs(self) -> list[str]:
         count = len(self.sig.user_outputs)
         pytree = self.torch.utils._pytree
         try:

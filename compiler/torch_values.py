@@ -39,6 +39,7 @@ class TorchValues:
         self.const_values: dict[Any, Value] = {}
         self.shape_sources: dict[tuple, Value] = {}
         self.reserved: set[str] = set()  # names kept for outputs and parameters
+        self.named: set[int] = set()  # ids of values named after their fx node
         self.rng: Value | None = None
         self.rng_input: Value | None = None
 
@@ -98,28 +99,20 @@ class TorchValues:
         val = n.meta[k] if isinstance(n.meta, (tuple, list)) else n.meta
         return self._dtype(val.dtype)
 
-    def common_dtype(self, *args: Any) -> DType:
-        """PyTorch's type promotion (``torch.result_type``) of tensors and numbers."""
+    def common_dtype(self, a: Any, b: Any) -> DType:
+        """PyTorch's type promotion (``torch.result_type``) of two tensors or numbers."""
         torch = self.torch
-        items = []
-        for a in args:
-            val = a.meta.get("val") if hasattr(a, "meta") else a
-            if is_node(a) and a in self.consts:
-                val = self.consts[a]
-            if hasattr(val, "dtype"):
-                items.append(torch.empty(() if val.dim() == 0 else (1,), dtype=val.dtype))
-            elif isinstance(val, (bool, int, float)):
-                items.append(val)
-        tensors = [t for t in items if isinstance(t, torch.Tensor)]
-        if not tensors:
+        stand_ins = []
+        for arg in (a, b):
+            val = self.consts.get(arg, arg.meta.get("val")) if is_node(arg) else arg
+            if hasattr(val, "dtype"):  # a tensor: its dtype, and whether it has dims
+                val = torch.empty(() if val.dim() == 0 else (1,), dtype=val.dtype)
+            elif not isinstance(val, (bool, int, float)):
+                raise VerifyError(f"expected a tensor or a number, got {arg!r}")
+            stand_ins.append(val)
+        if not any(isinstance(v, torch.Tensor) for v in stand_ins):
             raise VerifyError("expected a tensor among the operands, got numbers only")
-        result = items[0]
-        for other in items[1:]:
-            dt = torch.result_type(result, other)
-            result = torch.empty(() if all(getattr(t, "ndim", 1) == 0 for t in (result, other)
-                                           if isinstance(t, torch.Tensor)) else (1,), dtype=dt)
-        return self._dtype(result.dtype if isinstance(result, torch.Tensor)
-                           else torch.result_type(tensors[0], result))
+        return self._dtype(torch.result_type(*stand_ins))
 
     def like(self, dims: Sequence[Dim], what: str) -> Value:
         """A value of exactly these dims for ``expand``: a value of that shape, else a small
@@ -165,6 +158,7 @@ class TorchValues:
             v = B.constant(self._array(t, f"constant {node.name!r}"))
             if not self.graph.uses_name(node.name) and node.name not in self.reserved:
                 self.graph.rename(v, node.name)
+                self.named.add(id(v))  # kept: the translator renames other new values
             self.const_values[node] = v
         return self.const_values[node]
 

@@ -104,7 +104,8 @@ FUNCTIONS = {
                             + torch.where(x != y, 1.0, x), 2),
     "masks_logic": (lambda m, x, y: torch.where((x > 0) & (y < 0) | ~(x == y), x, y)
                     + torch.where(torch.logical_not(x >= y), y, 0.0), 2),
-    "int_promotion": (lambda m, x: x * torch.arange(4) + (x > 0).long() * 2, 1),
+    "int_promotion": (lambda m, x: x * torch.arange(4) + (x > 0).long() * 2
+                      + ((x > 0).long() >= 0.5) * x, 1),
     "reductions": (lambda m, x: (x.sum(1, keepdim=True), x.mean((0, 1)), x.amax(1),
                                     x.amin(0), x.max(1).values, x.var(1), x.std(0),
                                     x.sum(), (x > 0).any(1), x.mean()), 1),
