@@ -1,5 +1,5 @@
 """ATen converters of ``gradc.from_torch``: element-wise math, comparisons, ``where``,
-reductions, and tensors made from sizes (``arange``, ``full``, ``full_like``, ``scalar_tensor``).
+reductions, and tensors made from sizes (``full``, ``full_like``).
 
 Type promotion is PyTorch's: arithmetic computes in the result's dtype (the exporter's metadata),
 comparisons in ``torch.result_type`` of their operands; a Python number becomes a constant of
@@ -57,14 +57,6 @@ def _sub(n: TorchNode, ctx: Context) -> Value:
     _no_bool(dt, n)
     a, b = _operands(n, ctx, dt)
     return B.sub(a, _scaled(b, n.arg("alpha", 1), dt, ctx))
-
-
-@aten("rsub.Tensor", "rsub.Scalar")
-def _rsub(n: TorchNode, ctx: Context) -> Value:
-    dt = ctx.dtype(n)
-    _no_bool(dt, n)
-    a, b = _operands(n, ctx, dt)
-    return B.sub(b, _scaled(a, n.arg("alpha", 1), dt, ctx))
 
 
 @aten("mul.Tensor", "mul.Scalar")
@@ -164,7 +156,7 @@ def _hardtanh(n: TorchNode, ctx: Context) -> Value:
     return _clip(_float_operand(n, ctx), n.arg("min_val", -1.0), n.arg("max_val", 1.0))
 
 
-@aten("clamp.default", "clamp_min.default", "clamp_max.default")
+@aten("clamp.default")
 def _clamp(n: TorchNode, ctx: Context) -> Value:
     dt = ctx.dtype(n)
     _no_bool(dt, n)
@@ -174,7 +166,7 @@ def _clamp(n: TorchNode, ctx: Context) -> Value:
     return _clip(x, lo, hi)
 
 
-@aten("clamp.Tensor", "clamp_min.Tensor", "clamp_max.Tensor")
+@aten("clamp.Tensor")
 def _clamp_tensor(n: TorchNode, ctx: Context) -> Value:
     dt = ctx.dtype(n)
     _no_bool(dt, n)
@@ -268,7 +260,7 @@ def _logical(n: TorchNode, ctx: Context) -> Value:
     return B.where(a, B.constant(np.array(True)), b)
 
 
-@aten("where.self", "where.ScalarSelf", "where.ScalarOther", "where.Scalar")
+@aten("where.self")
 def _where(n: TorchNode, ctx: Context) -> Value:
     dt = ctx.dtype(n)
     cond = _bool(n.arg("condition"), ctx, "condition")
@@ -285,7 +277,7 @@ def _reduced(n: TorchNode, ctx: Context, field: str = "dim") -> tuple[Value, lis
     return x, axes(n.arg(field, None), x.type.rank, field), bool(n.arg("keepdim", False))
 
 
-@aten("sum.dim_IntList", "sum.default")
+@aten("sum.dim_IntList")
 def _sum(n: TorchNode, ctx: Context) -> Value:
     x, ax, keep = _reduced(n, ctx)
     _no_bool(x.type.dtype, n)
@@ -322,12 +314,10 @@ def _any(n: TorchNode, ctx: Context) -> Value:
     return B.greater(total, B.constant(np.zeros((), np.int64)))
 
 
-@aten("var.correction", "var.dim")
+@aten("var.correction")
 def _var(n: TorchNode, ctx: Context) -> Value:
     x, ax, keep = _reduced(n, ctx)
     correction = n.arg("correction", None)
-    if n.op == "var.dim":
-        correction = 1 if n.arg("unbiased", True) else 0
     c = 1.0 if correction is None else float(correction)
     dt = x.type.dtype
     d = B.sub(x, B.reduce_mean(x, ax, True))
@@ -352,33 +342,13 @@ def _full(n: TorchNode, ctx: Context) -> Value:
     return _filled(n.arg("fill_value"), dt, ctx.like(dims, "argument size"))
 
 
-@aten("full_like.default", "zeros_like.default", "ones_like.default")
+@aten("full_like.default")
 def _full_like(n: TorchNode, ctx: Context) -> Value:
-    fill = {"zeros_like.default": 0, "ones_like.default": 1}.get(n.op)
-    value = n.arg("fill_value") if fill is None else fill
+    value = n.arg("fill_value")
     like = ctx.value(n.arg("self"), "self")
     if not like.type.shape:
         return B.constant(number(value, ctx.dtype(n), "fill_value"))
     return _filled(value, ctx.dtype(n), like)
-
-
-@aten("scalar_tensor.default")
-def _scalar_tensor(n: TorchNode, ctx: Context) -> Value:
-    return B.constant(number(n.arg("s"), ctx.dtype(n), "s"))
-
-
-@aten("arange.start_step", "arange.default", "arange.start")
-def _arange(n: TorchNode, ctx: Context) -> Value:
-    (size,) = ctx.shape(n)
-    if isinstance(size, str):
-        raise UnsupportedError(f"a symbolic length ({size!r}) is not supported")
-    start = n.arg("start", 0)
-    step = n.arg("step", 1)
-    if not all(isinstance(v, (int, float)) for v in (start, step)):
-        raise UnsupportedError("start and step must be numbers known at import")
-    values = start + step * np.arange(size, dtype=np.float64 if ctx.dtype(n).is_float
-                                      else np.int64)
-    return B.constant(values.astype(ctx.dtype(n).numpy))
 
 
 __all__: list[str] = []

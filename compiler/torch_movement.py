@@ -1,11 +1,12 @@
 """ATen converters of ``gradc.from_torch``: views, permutations, slices, concatenation, splits,
 padding, copies and casts.
 
-Every view that only changes the shape (``view``, ``_unsafe_view``, ``squeeze``,
-``unsqueeze``) is gradc's ``reshape`` to the shape the exporter recorded, so a symbolic size
-stays a symbol. Copies (``clone``, ``alias``, ``detach``, a ``_to_copy`` to another device) are
-the value itself; a ``_to_copy`` to another dtype is ``cast``. Slices and selections need a
-static size on the sliced axis (a whole symbolic axis stays whole).
+Every view that only changes the shape (``view``, ``squeeze``, ``unsqueeze``) is gradc's
+``reshape`` to the shape the exporter recorded, so a symbolic size stays a symbol. Copies
+(``clone``, ``alias``, a ``_to_copy`` to another device) are the value itself; a ``_to_copy`` to
+another dtype is ``cast``. Slices and selections need a static size on the sliced axis (a
+whole symbolic axis stays whole). The table holds the core-ATen forms only: ``reshape``,
+``flatten``, ``split``, ``chunk``, ``transpose``, ``t`` and the like reach it decomposed.
 """
 
 from __future__ import annotations
@@ -21,21 +22,19 @@ from gradc.torch_ops import Context, TorchNode, aten, axis, ints
 INT64_MAX = 2**63 - 1
 
 
-@aten("view.default", "_unsafe_view.default", "squeeze.dims", "squeeze.dim", "squeeze.default",
-      "unsqueeze.default", "reshape.default", "view_copy.default", "flatten.using_ints")
+@aten("view.default", "squeeze.dims", "unsqueeze.default")
 def _view(n: TorchNode, ctx: Context) -> Value:
     x = ctx.value(n.arg("self"), "self")
     shape = ctx.shape(n)
     return x if tuple(shape) == tuple(x.type.shape) else B.reshape(x, shape)
 
 
-@aten("clone.default", "alias.default", "detach.default", "lift_fresh_copy.default",
-      "contiguous.default")
+@aten("clone.default", "alias.default")
 def _copy(n: TorchNode, ctx: Context) -> Value:
     return ctx.value(n.arg("self"), "self")
 
 
-@aten("_to_copy.default", "to.dtype", "_to_dim_order_copy.default")
+@aten("_to_copy.default")
 def _to_copy(n: TorchNode, ctx: Context) -> Value:
     return ctx.operand(n.arg("self"), ctx.dtype(n), "self")
 
@@ -62,7 +61,7 @@ def _permute(n: TorchNode, ctx: Context) -> Value:
     return x if perm == sorted(perm) else B.transpose(x, perm)
 
 
-@aten("expand.default", "expand_copy.default")
+@aten("expand.default")
 def _expand(n: TorchNode, ctx: Context) -> Value:
     x = ctx.value(n.arg("self"), "self")
     dims = ctx.shape(n)
@@ -108,7 +107,7 @@ def _static(x: Value, ax: int, what: str) -> int:
     return int(dim)
 
 
-@aten("slice.Tensor", "slice_copy.Tensor")
+@aten("slice.Tensor")
 def _slice(n: TorchNode, ctx: Context) -> Value:
     x = ctx.value(n.arg("self"), "self")
     ax = axis(n.arg("dim", 0), x.type.rank)
@@ -131,7 +130,7 @@ def _slice(n: TorchNode, ctx: Context) -> Value:
     return _window(x, ax, b, (count - 1) * t + 1, t, count)
 
 
-@aten("select.int", "select_copy.int")
+@aten("select.int")
 def _select(n: TorchNode, ctx: Context) -> Value:
     x = ctx.value(n.arg("self"), "self")
     ax = axis(n.arg("dim"), x.type.rank)
@@ -162,7 +161,7 @@ def _split(x: Value, ax: int, sizes: Sequence[int]) -> tuple[Value, ...]:
     return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
 
-@aten("split_with_sizes.default", "split_with_sizes_copy.default")
+@aten("split_with_sizes.default")
 def _split_with_sizes(n: TorchNode, ctx: Context) -> tuple[Value, ...]:
     x = ctx.value(n.arg("self"), "self")
     ax = axis(n.arg("dim", 0), x.type.rank)
@@ -170,18 +169,6 @@ def _split_with_sizes(n: TorchNode, ctx: Context) -> tuple[Value, ...]:
     sizes = ints(n.arg("split_sizes"), "split_sizes")
     if any(s <= 0 for s in sizes):
         raise UnsupportedError(f"split sizes {sizes}: an empty part is not supported")
-    return _split(x, ax, sizes)
-
-
-@aten("split.Tensor", "split_copy.Tensor")
-def _split_tensor(n: TorchNode, ctx: Context) -> tuple[Value, ...]:
-    x = ctx.value(n.arg("self"), "self")
-    ax = axis(n.arg("dim", 0), x.type.rank)
-    size = _static(x, ax, "a split")
-    step = ints(n.arg("split_size"), "split_size")[0]
-    if step <= 0:
-        raise VerifyError(f"argument split_size: expected a size >= 1, got {step}")
-    sizes = [min(step, size - s) for s in range(0, size, step)]
     return _split(x, ax, sizes)
 
 

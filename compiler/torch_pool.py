@@ -9,7 +9,8 @@
 - ``adaptive_avg_pool2d``: a mean over the spatial axes for a 1x1 output, else (sizes that
   divide evenly) ``average_pooling`` with window and stride ``in/out``.
 - Upsampling (``upsample_nearest{1,2}d``, ``_upsample_nearest_exact{1,2}d``,
-  ``upsample_linear1d``, ``upsample_bilinear2d``, both overloads) is one ``resample`` with the
+  ``upsample_linear1d``, ``upsample_bilinear2d.vec``; torch itself decomposes
+  ``upsample_bilinear2d.default``) is one ``resample`` with the
   exporter's output sizes and PyTorch's coordinate map, in gradc's form ``x_in = (o - opo) / S -
   ipo``: ``S`` is the given scale factor (PyTorch divides by it) or ``out/in``;
   nearest is ``floor(o / S)`` (offsets 0, 0); nearest-exact ``floor((o + 0.5) / S)`` (0, -0.5);
@@ -158,7 +159,7 @@ def _nearest_exact1d(n: TorchNode, ctx: Context) -> Value:
     return _resample(n, ctx, 1, "nearest", exact=True)
 
 
-@aten("upsample_bilinear2d.vec", "upsample_bilinear2d.default")
+@aten("upsample_bilinear2d.vec")
 def _bilinear2d(n: TorchNode, ctx: Context) -> Value:
     return _resample(n, ctx, 2, "linear")
 

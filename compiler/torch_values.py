@@ -61,6 +61,7 @@ class TorchValues:
 
     def operand(self, arg: Any, dtype: DType, field: str) -> Value:
         """A tensor or Python number as a value of ``dtype`` (cast or made a constant)."""
+        arg = self._number(arg, field)
         if isinstance(arg, (bool, int, float)):
             return B.constant(number(arg, dtype, field))
         v = self.value(arg, field)
@@ -104,6 +105,7 @@ class TorchValues:
         torch = self.torch
         stand_ins = []
         for arg in (a, b):
+            arg = self._number(arg, "operand")
             val = self.consts.get(arg, arg.meta.get("val")) if is_node(arg) else arg
             if hasattr(val, "dtype"):  # a tensor: its dtype, and whether it has dims
                 val = torch.empty(() if val.dim() == 0 else (1,), dtype=val.dtype)
@@ -141,6 +143,17 @@ class TorchValues:
     def set_rng_state(self, state: Value) -> None:
         """The state the next dropout draws from."""
         self.rng = state
+
+    def _number(self, arg: Any, field: str) -> Any:
+        """A scalar node (arithmetic of sizes) as its number; others as they are."""
+        if not (is_node(arg) and arg in self.scalars):
+            return arg
+        val = self.scalars[arg]
+        if isinstance(val, (bool, int, float)):
+            return val
+        raise UnsupportedError(f"argument {field}: the number {arg.name!r} ({val}) is computed "
+                               "when the program runs (a symbolic size, or .item() of a "
+                               "tensor); gradc takes numbers known at import here")
 
     # -- values -----------------------------------------------------------------------------
     def _parameter(self, node: Any) -> Parameter:

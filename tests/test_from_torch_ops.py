@@ -20,6 +20,33 @@ from torch import nn  # noqa: E402
 
 from torch_modules import Fn, check, rand  # noqa: E402  (needs torch)
 
+import gradc.torch_translate  # noqa: E402,F401  (registers every converter of the table)
+from gradc.torch_ops import ATEN, Converter  # noqa: E402
+
+A = torch.ops.aten
+SEEN: set[str] = set()  # ATen converters that built a graph in this module's tests
+RAN: set[str] = set()  # the cases that ran (test_every_converter_is_exercised runs the rest)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def record_converters():
+    """Every converter of the table, wrapped to record that it built something."""
+    saved = dict(ATEN)
+    assert len(saved) > 50, "the table is registered (gradc.torch_translate imported)"
+
+    def recording(name, build):
+        def run(n, ctx):
+            out = build(n, ctx)
+            SEEN.add(name)
+            return out
+        return run
+
+    for name, conv in saved.items():
+        ATEN[name] = Converter(recording(name, conv.build))
+    yield
+    ATEN.clear()
+    ATEN.update(saved)
+
 
 def _seq(*layers: nn.Module) -> nn.Module:
     return nn.Sequential(*layers).double().train()
@@ -64,6 +91,14 @@ CASES = {
                                                                  align_corners=True)),
                                         (2, 3, 3, 4)),
     "upsample_linear1d": (lambda: _seq(nn.Upsample(scale_factor=3, mode="linear")), (2, 3, 4)),
+    "pool_resample_overloads": (lambda: _fn(lambda m, x: (
+        A.avg_pool3d(x, [2, 2, 2]), A.max_pool3d_with_indices(x, [2, 2, 2])[0],
+        A._adaptive_avg_pool2d(x[0], [2, 2]), A.upsample_nearest2d.default(x[0], [6, 8]),
+        A.upsample_nearest1d.vec(x[0, 0], None, [2.0]), A.upsample_nearest1d.default(x[0, 0], [7]),
+        A.upsample_linear1d.default(x[0, 0], [7], True),
+        A._upsample_nearest_exact1d.vec(x[0, 0], [7], None),
+        A._upsample_nearest_exact1d.default(x[0, 0], [7]),
+        A._upsample_nearest_exact2d.default(x[0], [7, 5]))), (1, 2, 4, 4, 4)),
     # matrix products
     "linear_rank3": (lambda: _seq(nn.Linear(5, 3)), (2, 4, 5)),
     "linear_no_bias": (lambda: _seq(nn.Linear(5, 3, bias=False)), (4, 5)),
@@ -87,6 +122,7 @@ def test_module_matches_pytorch(name):
     make, shape = CASES[name]
     torch.manual_seed(0)
     check(make(), rand(*shape), rel=1e-6 if name in FLOAT32_WEIGHTS else 1e-10)
+    RAN.add(name)
 
 
 def _fn(fn, **params):
@@ -125,6 +161,15 @@ FUNCTIONS = {
                         + torch.full((4,), 0.5) + torch.arange(4.0)
                         + torch.ones_like(y).tril() + torch.eye(3, 4)
                         + torch.full_like(x, 3.0), 2),
+    # ATen overloads that the usual modules do not produce, called directly
+    "direct_aten_math": (lambda m, x, y: (
+        A.add.Scalar(x, 2), A.sub.Scalar(x, 1), A.mul.Scalar(x, 3), A.div.Scalar(x, 4),
+        A.div.Tensor_mode(x, y * y + 1, rounding_mode=None),
+        A.div.Scalar_mode(x, 2.0, rounding_mode=None), A.eq.Scalar(torch.relu(x), 0.0),
+        A.ne.Scalar(x, 0.5), A.le.Tensor(x, y), A.lt.Tensor(x, y), A.logical_and(x > 0, y > 0),
+        A.logical_or(x > 0, y > 0), A.any.default(x > 0), A.any.dims(x > 2, [0, 1]),
+        A.max.default(x), A.min.default(x), A.min.dim(x, 1)[0], torch.clamp(x, min=y, max=2 * y),
+        x.clone().copy_(y[0]), A.alias(x) * 2), 2),
 }
 PARAMS = {"matmul_family": {"b": lambda: rand(3, 3, seed=5), "w": lambda: rand(4, 2, seed=6)}}
 
@@ -136,6 +181,7 @@ def test_function_matches_pytorch(name):
     xs = [rand(3, 4, seed=1), rand(3, 4, seed=2)][:count]
     assert fn.__code__.co_argcount == count + 1
     check(_fn(fn, **params), *xs)
+    RAN.add(name)
 
 
 def test_softmax_axes_and_losses():
@@ -145,6 +191,25 @@ def test_softmax_axes_and_losses():
                 F.mse_loss(x, t), F.cross_entropy(x.view(3, 2, 2), pixels, reduction="none"))
     check(_fn(fn), rand(3, 4, seed=1), torch.tensor([1, 0, 3]), rand(3, 4, seed=3),
           torch.tensor([[1, 0], [0, 0], [1, 1]]))
+    RAN.add("losses")
+
+
+def test_sizes_from_a_symbolic_batch():
+    """``full``, ``full_like`` and ``expand`` to a shape with a symbolic size take it from a
+    value of that shape; the graph runs for any batch."""
+    def fn(m, x):
+        return torch.zeros(x.shape[0], 4, dtype=x.dtype) + x * torch.full_like(x, 2.0) \
+            + m.w.expand(x.shape[0], 4)
+
+    m = _fn(fn, w=rand(1, 4, seed=3))
+    g = gradc.from_torch(m, (rand(3, 4),), dynamic_shapes={"xs": ({0: torch.export.Dim("n")},)})
+    assert g.inputs[0].type.shape == ("n", 4)
+    exe = gradc.compile(g, target="reference")
+    for n in (2, 5):
+        x = rand(n, 4, seed=n)
+        np.testing.assert_allclose(exe(xs_0=x.numpy())["output"], m(x).detach().numpy(),
+                                   rtol=1e-12)
+    RAN.add("symbolic")
 
 
 class Dropout(nn.Module):
@@ -208,3 +273,19 @@ def test_unknown_operator_is_refused_with_its_place():
                        r"feature: aten\.cumsum\.default \(node 'cumsum', "
                        r"test_from_torch_ops\.py:\d+\): is not supported \(no converter"):
         gradc.from_torch(Cumsum(), (rand(2, 3),))
+
+
+def test_every_converter_is_exercised():
+    """Each ATen converter of the table builds a graph in this module's cases (the cases that
+    did not run, under ``-k``, are translated here); no entry is dead."""
+    for name in set(CASES) - RAN:
+        make, shape = CASES[name]
+        gradc.from_torch(make(), (rand(*shape),))
+    for name in set(FUNCTIONS) - RAN:
+        fn, count = FUNCTIONS[name]
+        params = {k: f() for k, f in PARAMS.get(name, {}).items()}
+        gradc.from_torch(_fn(fn, **params), tuple([rand(3, 4, seed=1), rand(3, 4)][:count]))
+    if "losses" not in RAN or "symbolic" not in RAN:
+        pytest.skip("needs test_softmax_axes_and_losses and test_sizes_from_a_symbolic_batch")
+    gradc.from_torch(Dropout(), (rand(4, 4),))
+    assert sorted(set(ATEN) - SEEN) == []
