@@ -4,22 +4,25 @@ A converter turns one node of a ``torch.export`` program (core ATen, after the d
 chosen in ``gradc.torch_frontend``) into gradc values, as the ONNX importer's converters turn
 one ONNX node. It is registered under the ATen names it takes, without the ``aten.`` namespace
 (``@aten("convolution.default")``), reads its arguments by their schema names
-(``n.arg("stride")``) and asks the ``Context`` for gradc values, sizes and dtypes. Converters
-never import torch: the frontend hands them plain Python values, and does anything that needs
-torch (evaluating constant subgraphs, dtype promotion) itself.
+(``n.arg("stride")``) and asks the ``Context`` (``gradc.torch_values.TorchValues``) for gradc
+values, sizes, dtypes and type promotion. Converters never import torch: the translator hands
+them plain Python values and does what needs torch (evaluating constant subgraphs, promotion).
 
-The converters live in ``torch_math.py`` (element-wise math, comparisons, reductions, values
-made from nothing), ``torch_movement.py`` (views, permutations, slices, concatenation) and
-``torch_nn.py`` (convolution, matrix products, batch normalization, pooling, resampling,
-softmax, dropout, losses). Three further tables say what is not converted:
+The converters live in ``torch_math.py`` (element-wise math, comparisons, reductions, tensors
+made from sizes), ``torch_movement.py`` (views, permutations, slices, concatenation, padding),
+``torch_nn.py`` (convolution, matrix products, batch normalization, softmax, dropout, losses)
+and ``torch_pool.py`` (pooling, upsampling). The table holds only operators a decomposed
+program can contain (``tests/test_from_torch_ops.py`` checks that each builds a graph). Two
+further tables say what is not converted:
 
 - ``PENDING``: ATen operators that need a gradc operator gradc does not have yet (the
   transformer operators). ``from_torch`` refuses them with the operator they wait for; when it
   lands, its converter is one ``@aten`` function and the line here goes.
 - ``SKIPPED``: nodes that compute no tensor (size queries and assertions the exporter leaves in
   the graph); their sizes are read from the exporter's metadata where used.
-- Anything else missing is refused as unsupported. Every refusal of a program is listed in one
-  ``UnsupportedError`` (``gradc.torch_frontend``).
+
+Anything else is refused as unsupported. Every refusal of a program is listed in one
+``UnsupportedError`` (``gradc.torch_translate``).
 """
 
 from __future__ import annotations
