@@ -109,8 +109,7 @@ class TorchNode:
     @property
     def aten(self) -> str:
         """The operator's full name, as PyTorch prints it (``aten.convolution.default``)."""
-        return f"aten.{self.op}" if "." in self.op and not self.op.startswith(
-            ("prims.", "operator.", "torch.", "_operator.")) else self.op
+        return f"aten.{self.op}" if str(self.fx.target).startswith("aten.") else self.op
 
     def arg(self, name: str, default: Any = _MISSING) -> Any:
         """An argument by its schema name: given positionally, by keyword, or the schema's

@@ -123,13 +123,31 @@ class TorchValues:
         if source is not None:
             return source
         if any(isinstance(d, str) for d in dims):
-            raise UnsupportedError(f"{what}: the shape {tuple(dims)} has a symbolic size and no "
-                                   "value of the graph has that shape")
+            return self._symbolic_like(tuple(dims), what)
         static = [int(d) for d in dims]
         if element_count(static) <= LIKE_LIMIT:
             return B.constant(np.zeros(static, np.uint8))
         one = B.constant(np.zeros([1] * len(static), np.uint8))
         return B.pad(one, [0] * len(static), [d - 1 for d in static])
+
+    def _symbolic_like(self, dims: tuple[Dim, ...], what: str) -> Value:
+        """A value of ``dims`` made from one that has the same symbolic sizes in the same order
+        (``x.new_zeros(x.size(0), 5)`` before anything of shape ``(N, 5)`` exists): its first
+        element along every static axis, as uint8, padded to the static sizes."""
+        symbols = [d for d in dims if isinstance(d, str)]
+        for shape, v in self.shape_sources.items():
+            if [d for d in shape if isinstance(d, str)] != symbols or v.type.dtype == DType.bool:
+                continue
+            keep = [d if isinstance(d, str) else 1 for d in shape]
+            corner = B.slice(v, [0] * len(shape), keep, [1] * len(shape), keep)
+            ones = [d if isinstance(d, str) else 1 for d in dims]
+            small = B.cast(B.reshape(corner, ones), DType.uint8)
+            grow = [0 if isinstance(d, str) else int(d) - 1 for d in dims]
+            out = B.pad(small, [0] * len(dims), grow) if any(grow) else small
+            self.shape_sources[dims] = out
+            return out
+        raise UnsupportedError(f"{what}: the shape {dims} has a symbolic size and no value of "
+                               "the graph has its symbolic sizes")
 
     def rng_state(self) -> Value:
         """The dropout state to draw from next: the input ``rng_state`` at first."""

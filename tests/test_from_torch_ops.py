@@ -196,19 +196,22 @@ def test_softmax_axes_and_losses():
 
 def test_sizes_from_a_symbolic_batch():
     """``full``, ``full_like`` and ``expand`` to a shape with a symbolic size take it from a
-    value of that shape; the graph runs for any batch."""
+    value of that shape, or one made from a value with the same symbolic sizes (a class token
+    expanded to the batch, zeros of a new width); the graph runs for any batch."""
     def fn(m, x):
-        return torch.zeros(x.shape[0], 4, dtype=x.dtype) + x * torch.full_like(x, 2.0) \
-            + m.w.expand(x.shape[0], 4)
+        y = torch.zeros(x.shape[0], 4, dtype=x.dtype) + x * torch.full_like(x, 2.0)
+        cls = m.w.expand(x.shape[0], 2, 4)
+        return torch.cat([cls, y.unsqueeze(1)], 1), x.new_zeros(x.size(0), 6) + 1
 
-    m = _fn(fn, w=rand(1, 4, seed=3))
+    m = _fn(fn, w=rand(1, 2, 4, seed=3))
     g = gradc.from_torch(m, (rand(3, 4),), dynamic_shapes={"xs": ({0: torch.export.Dim("n")},)})
     assert g.inputs[0].type.shape == ("n", 4)
     exe = gradc.compile(g, target="reference")
     for n in (2, 5):
         x = rand(n, 4, seed=n)
-        np.testing.assert_allclose(exe(xs_0=x.numpy())["output"], m(x).detach().numpy(),
-                                   rtol=1e-12)
+        got = exe(xs_0=x.numpy())
+        for name, want in zip(("output_0", "output_1"), m(x)):
+            np.testing.assert_allclose(got[name], want.detach().numpy(), rtol=1e-12)
     RAN.add("symbolic")
 
 
