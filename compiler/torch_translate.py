@@ -14,8 +14,9 @@ order, and asks the table of ``gradc.torch_ops`` for each node. Decisions:
   ``running_mean``, ``running_var`` and ``num_batches_tracked``) is a parameter whose update is
   the graph output ``<name>.next`` (``gradc.ir.state``), so ``gradc.training_step`` carries it.
   **Choice:** the other buffers are constants (causal masks, position ids, non-persistent
-  buffers, and an ``eval()`` module's running statistics), so that ``parameters="all"`` trains
-  exactly what ``torch.optim`` would be given, ``module.parameters()``.
+  buffers, and an ``eval()`` module's running statistics), and so are parameters with
+  ``requires_grad=False`` (a frozen backbone), so that ``parameters="all"`` trains exactly what
+  ``torch.optim`` updates given ``module.parameters()``.
 - **Constants.** A node whose tensor inputs are all constants (lifted tensors, buffers that are
   no state, earlier folded nodes) and whose sizes are static is evaluated at import by torch
   itself (``FOLD_LIMIT`` elements at most, never a random op): masks built with ``arange``,
@@ -102,7 +103,11 @@ class TorchTranslator(TorchValues):
             if kind == "USER_INPUT":
                 self._user_input(node)
             elif kind == "PARAMETER":
-                self.tensors[node] = (canon[spec.target], self.program.state_dict[spec.target])
+                t = self.program.state_dict[spec.target]
+                if getattr(t, "requires_grad", True):
+                    self.tensors[node] = (canon[spec.target], t)
+                else:  # frozen in PyTorch: torch.optim would not update it either
+                    self.consts[node] = t
             elif kind == "BUFFER":
                 persistent = spec.persistent is not False
                 t = (self.program.state_dict if persistent

@@ -314,3 +314,11 @@ def test_names_that_clash_are_refused_together():
         "key)",
         "input 'output': its name is also the name of an output or a parameter (rename the "
         "forward's argument)"]
+
+
+def test_frozen_parameters_are_constants():
+    """A parameter with requires_grad=False is not trained by torch.optim: a constant here."""
+    m = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)).double()
+    m[0].requires_grad_(False)
+    g = check(m, rand(5, 3))
+    assert [p.name for p in g.parameters] == ["2.weight", "2.bias"]
