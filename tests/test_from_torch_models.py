@@ -17,8 +17,10 @@ per module in train mode and once in eval mode (``programs``). Checked:
 - the graph equals the one ``from_onnx`` makes of the TorchScript training export of the same
   module (same input, same output; the same running means; running variances that differ by
   exactly PyTorch's ``n/(n-1)`` on the batch term), and in eval mode that of the eval export;
-- eval mode gives PyTorch's eval output, and the module's running statistics are not moved by
-  ``from_torch`` (the TorchScript exporter moves them).
+- eval mode gives PyTorch's eval output, the eval export's through the ONNX path, and the
+  weight gradients of torch.autograd (the running statistics are constants there); the
+  module's running statistics are not moved by ``from_torch`` (the TorchScript exporter moves
+  them).
 """
 
 from __future__ import annotations
@@ -334,7 +336,7 @@ def _batch_norm_counts(model: Any, x: Any) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_eval_mode_matches_pytorch_and_the_onnx_path(programs, name):
+def test_eval_mode_matches_pytorch_the_onnx_path_and_autograd(programs, name):
     p = prepared(programs, name)
     assert not any(q.name.endswith(("running_mean", "running_var")) for q in p.eval.parameters)
     assert [o.name for o in p.eval.outputs] == ["output"]
@@ -344,6 +346,18 @@ def test_eval_mode_matches_pytorch_and_the_onnx_path(programs, name):
     np.testing.assert_allclose(ours, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
     theirs = _run(_onnx(p.model, p.xs[0], "eval"), p.xs[0])["y"]
     np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+    # The weight gradients in eval mode (for a random cotangent) against torch.autograd.
+    module = copy.deepcopy(p.model).eval()
+    cot = torch.randn(want.shape, generator=torch.Generator().manual_seed(1),
+                      dtype=torch.float64)
+    module(p.xs[0]).backward(cot)
+    expected = {f"grad_{n}": t.grad.numpy() for n, t in module.named_parameters()}
+    train = gradc.grad(p.eval, wrt="parameters")
+    got = gradc.compile(train, target="reference")(x=p.xs[0].numpy(), grad_output=cot.numpy())
+    assert set(expected) == {o.name for o in train.outputs[1:]}
+    scale = max(float(np.abs(w).max()) for w in expected.values())
+    for n, w in expected.items():
+        np.testing.assert_allclose(got[n], w, rtol=GRAD_TOL, atol=GRAD_TOL * scale, err_msg=n)
 
 
 def test_from_torch_leaves_the_running_statistics_alone(programs):
