@@ -284,18 +284,23 @@ def test_import_gradc_never_loads_torch():
     assert r.stdout.strip() == "ok", r.stderr
 
 
-def test_without_torch_from_torch_says_how_to_install_it():
-    r = _python("""
+def test_without_torch_from_torch_says_how_to_install_it(tmp_path):
+    (tmp_path / "m.pt2").write_bytes(b"anything")
+    r = _python(f"""
         import sys
         sys.modules["torch"] = None  # as if PyTorch were not installed
         import gradc
+        from gradc.cli import main
         try:
             gradc.from_torch(object(), ())
         except gradc.UnsupportedError as e:
             print(e)
+        print(main(["show", {str(tmp_path / "m.pt2")!r}]))
     """)
-    assert r.stdout.strip() == "from_torch: PyTorch is not installed (pip install " \
-                               "'gradc[torch]')", r.stderr
+    assert r.stdout.split("\n")[:2] == ["from_torch: PyTorch is not installed (pip install "
+                                        "'gradc[torch]')", "2"], r.stderr
+    assert r.stderr.strip().endswith("m.pt2: from_torch: PyTorch is not installed (pip install "
+                                     "'gradc[torch]')")
 
 
 def test_names_that_clash_are_refused_together():
