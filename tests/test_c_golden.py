@@ -3,7 +3,8 @@
 Each graph is optimized with the default passes and lowered to C (no C compiler is needed);
 the source must equal ``tests/golden/c/<case>.c``, and a mismatch prints a unified diff. The
 files hold the program with the prelude replaced by one marker line (``PRELUDE_MARK``): every
-program copies ``prelude.h`` verbatim, which ``test_prelude_is_the_packaged_header`` checks.
+program copies ``prelude.h`` and ``transcend.h`` verbatim, which
+``test_prelude_is_the_packaged_header`` checks.
 ``GRADC_UPDATE_GOLDEN=1`` rewrites the files (the switch of the NumPy golden test). The files
 guard refactors of the emitters: a change that should not touch the generated C shows here.
 """
@@ -178,9 +179,10 @@ def test_generated_c_does_not_depend_on_the_hash_seed():
 
 
 def test_prelude_is_the_packaged_header():
-    """``prelude.h`` is package data, copied verbatim into every program, and agrees with the
-    Python side on the streamed block size."""
-    header = (Path(gradc.backends.c.__file__).parent / "prelude.h").read_text()
+    """``prelude.h`` and then ``transcend.h`` are package data, copied verbatim into every
+    program, and agree with the Python side on the streamed block size."""
+    here = Path(gradc.backends.c.__file__).parent
+    header = "".join((here / h).read_text() for h in ("prelude.h", "transcend.h"))
     assert PRELUDE == header
     assert PRELUDE in c_source("elementwise")
     assert re.search(rf"^#define GC_BLK {STREAM_BLOCK}\b", PRELUDE, re.M)

@@ -127,6 +127,10 @@ def _softmax(log: bool) -> Any:
         n = k.node
         x, y = n.inputs[0], n.outputs[0]
         t, axes, shape = ctype(x.type.dtype), n.attrs["axes"], x.type.shape
+        r = len(shape)
+        if not t.is_f16 and sorted(axes) == list(range(r - len(axes), r)):
+            _softmax_rows(k, t, log)
+            return
         a = t.acc
         xs, ys = k.param(x), k.param(y)
         cw = k.code
@@ -135,16 +139,49 @@ def _softmax(log: bool) -> Any:
             cw.declare(a, "total", "-0.0")
             sh = f"const {a} sh = ({a})({_widen(t, f'{xs}[o]')} - mx);"
             with _members(k, shape, axes):
-                cw.line(f"const int64_t o = {off};", sh, f"total += ({a})exp((double)sh);")
+                cw.line(f"const int64_t o = {off};", sh, f"total += ({a})gc_exp((double)sh);")
             if log:
-                cw.declare(f"const {a}", "lt", f"({a})log((double)total)")
+                cw.declare(f"const {a}", "lt", f"({a})gc_log((double)total)")
                 value = f"({a})(sh - lt)"
             else:
-                value = f"({a})(({a})exp((double)sh) / total)"
+                value = f"({a})(({a})gc_exp((double)sh) / total)"
             with _members(k, shape, axes):
                 cw.line(f"const int64_t o = {off};", sh, f"{ys}[o] = {_store(t, value)};")
     emit.__doc__ = f"{'log_' if log else ''}softmax: §17.1's steps per group, in ACC."
     return emit
+
+
+def _softmax_rows(k: Kernel, t: CType, log: bool) -> None:
+    """float32/float64 softmax over trailing axes: each group is a contiguous row of ``L``.
+
+    The same values as the general loop, in passes that vectorize: the row's maximum in lanes
+    (``gc_rowmax_*``; §14.2's selection of the first maximum runs where that is 0 or -inf, the
+    cases where which maximum is taken shows: zeros of either sign, no number above -inf),
+    ``e = exp(x - mx)`` stored into the output, then summed in canonical order from -0.0
+    (``gc_rowexp_*``), then the output divided by the total (or ``sh - log(total)``).
+    """
+    n, cw, dims = k.node, k.code, k.dims
+    x, y = n.inputs[0], n.outputs[0]
+    axes, shape = n.attrs["axes"], x.type.shape
+    a, sfx = t.acc, ("f32" if t.acc == "float" else "f64")
+    xs, ys = k.param(x), k.param(y)
+    length = dims.prod([shape[i] for i in axes])
+    with _groups(k, shape, axes) as off:
+        cw.declare("const int64_t", "L", length)
+        cw.declare(f"const {a} *restrict", "xr", f"{xs} + base")
+        cw.declare(f"{a} *restrict", "yr", f"{ys} + base")
+        cw.declare(a, "mx", f"gc_rowmax_{sfx}(xr, L)")
+        with cw.block(f"if (!(mx != 0 && mx > -({a})INFINITY))"):
+            _select(k, xs, t, shape, axes, off, True, "ms", a)
+            cw.line("mx = ms;")
+        cw.declare(f"const {a}", "total", f"gc_rowexp_{sfx}(xr, yr, L, mx)")
+        if log:
+            cw.declare(f"const {a}", "lt", f"({a})gc_log((double)total)")
+            body = f"yr[j] = ({a})(({a})(xr[j] - mx) - lt);"
+        else:
+            body = "yr[j] = yr[j] / total;"
+        with cw.block("for (int64_t j = 0; j < L; j++)"):
+            cw.line(body)
 
 
 EMITTERS: dict[str, Any] = {
