@@ -153,11 +153,12 @@ def exactness(name: str, op: Op, dtype: str, n: int, rng: np.random.Generator) -
             f"{float(ulps.max(initial=0)):.3g}", f"{float(over.max(initial=0)):.3g}"]
 
 
-def timed(fns: dict[str, Callable[[], Any]], repeat: int, rounds: int = 3) -> dict[str, float]:
-    """Median seconds per call: ``rounds`` rounds in which each peer makes one untimed call and
-    then ``repeat / rounds`` timed ones. Peers are timed in blocks, not call by call: the idle
-    OpenMP threads of one runtime (gradc's libgomp, PyTorch's) spin for a while after each
-    call, and would take the cores from the other's next call."""
+def timed(fns: dict[str, Callable[[], Any]], repeat: int,
+          rounds: int = 3) -> dict[str, tuple[float, float]]:
+    """(median, best) seconds per call: ``rounds`` rounds in which each peer makes one untimed
+    call and then ``repeat / rounds`` timed ones. Peers are timed in blocks, not call by call:
+    the idle OpenMP threads of one runtime (gradc's libgomp, PyTorch's) spin for a while after
+    each call, and would take the cores from the other's next call."""
     times: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(rounds):
         for k, f in fns.items():
@@ -166,7 +167,7 @@ def timed(fns: dict[str, Callable[[], Any]], repeat: int, rounds: int = 3) -> di
                 t0 = time.perf_counter()
                 f()
                 times[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
+    return {k: (statistics.median(v), min(v)) for k, v in times.items()}
 
 
 def speed(name: str, op: Op, threads: int, repeat: int) -> list[str]:
@@ -185,8 +186,9 @@ def speed(name: str, op: Op, threads: int, repeat: int) -> list[str]:
         tx = [torch.from_numpy(feeds[k]) for k in ("x", "d") if k in feeds]
         fns["torch"] = lambda: op.torch_fn(*tx)
     t = timed(fns, repeat)
-    c, p = t["c"] * 1e3, t.get("torch", math.nan) * 1e3
-    return [name, f"{c:.3f}", f"{p:.3f}", f"{c / p:.2f}"]
+    (c, cb), (p, pb) = t["c"], t.get("torch", (math.nan, math.nan))
+    return [name, f"{c * 1e3:.3f}", f"{p * 1e3:.3f}", f"{c / p:.2f}", f"{cb * 1e3:.3f}",
+            f"{pb * 1e3:.3f}"]
 
 
 def table(head: list[str], rows: list[list[str]]) -> str:
@@ -216,9 +218,10 @@ def main() -> None:
         for name in names:
             print(f"speed: {name}", file=sys.stderr)
             rows.append(speed(name, OPS[name], args.threads, args.repeat))
-        print(f"\nms per 2^20 float32 elements, {args.threads} threads (median of {args.repeat})"
-              "\n")
-        print(table(["op", "gradc C", "PyTorch", "C / PyTorch"], rows))
+        print(f"\nms per 2^20 float32 elements, {args.threads} threads (median and best of "
+              f"{args.repeat})\n")
+        print(table(["op", "gradc C", "PyTorch", "C / PyTorch", "C best", "PyTorch best"],
+                    rows))
     if not args.no_exact:
         rows = []
         rng = np.random.default_rng(1)
