@@ -35,10 +35,10 @@ def hexf(v: mp.mpf) -> str:
 
 
 def horner(name: str, coeffs: list[mp.mpf]) -> str:
-    """``#define name(x)``: the polynomial sum c[k] x^k in Horner's form."""
+    """``#define name(x)``: the polynomial sum c[k] x^k in Horner's form (GC_FMA steps)."""
     body = hexf(coeffs[-1])
     for c in reversed(coeffs[:-1]):
-        body = f"{hexf(c)} + (x) * ({body})"
+        body = f"GC_FMA(x, {body}, {hexf(c)})"
     return f"#define {name}(x) ({body})"
 
 

@@ -154,34 +154,41 @@ def _softmax(log: bool) -> Any:
 def _softmax_rows(k: Kernel, t: CType, log: bool) -> None:
     """float32/float64 softmax over trailing axes: each group is a contiguous row of ``L``.
 
-    The same values as the general loop, in passes that vectorize: the row's maximum in lanes
-    (``gc_rowmax_*``; §14.2's selection of the first maximum runs where that is 0 or -inf, the
-    cases where which maximum is taken shows: zeros of either sign, no number above -inf),
-    ``e = exp(x - mx)`` stored into the output, then summed in canonical order from -0.0
-    (``gc_rowexp_*``), then the output divided by the total (or ``sh - log(total)``).
+    The same values as the general loop, in passes that vectorize, GC_ROWS rows at a time
+    (transcend.h's ``gc_row*``): the row's maximum in lanes (§14.2's selection of the first
+    maximum where that is 0 or -inf, the cases where which maximum is taken shows),
+    ``e = exp(x - mx)`` stored into the output, the rows' sums in canonical order from -0.0
+    advanced together, then the output divided by its row's total (or ``sh - log(total)``).
     """
     n, cw, dims = k.node, k.code, k.dims
     x, y = n.inputs[0], n.outputs[0]
     axes, shape = n.attrs["axes"], x.type.shape
     a, sfx = t.acc, ("f32" if t.acc == "float" else "f64")
     xs, ys = k.param(x), k.param(y)
-    length = dims.prod([shape[i] for i in axes])
-    with _groups(k, shape, axes) as off:
-        cw.declare("const int64_t", "L", length)
-        cw.declare(f"const {a} *restrict", "xr", f"{xs} + base")
-        cw.declare(f"{a} *restrict", "yr", f"{ys} + base")
-        cw.declare(a, "mx", f"gc_rowmax_{sfx}(xr, L)")
-        with cw.block(f"if (!(mx != 0 && mx > -({a})INFINITY))"):
-            _select(k, xs, t, shape, axes, off, True, "ms", a)
-            cw.line("mx = ms;")
-        cw.declare(f"const {a}", "total", f"gc_rowexp_{sfx}(xr, yr, L, mx)")
-        if log:
-            cw.declare(f"const {a}", "lt", f"({a})gc_log((double)total)")
-            body = f"yr[j] = ({a})(({a})(xr[j] - mx) - lt);"
-        else:
-            body = "yr[j] = yr[j] / total;"
-        with cw.block("for (int64_t j = 0; j < L; j++)"):
-            cw.line(body)
+    cw.declare("const int64_t", "L", dims.prod([shape[i] for i in axes]))
+    cw.declare("const int64_t", "G", dims.prod([d for i, d in enumerate(shape) if i not in axes]))
+    cw.line(omp_for(dims.prod(shape)))
+    with cw.block("for (int64_t gb = 0; gb < G; gb += GC_ROWS)"):
+        cw.declare("const int64_t", "nr", "G - gb < GC_ROWS ? G - gb : GC_ROWS")
+        cw.line(f"{a} mx[GC_ROWS], total[GC_ROWS];")
+        with cw.block("for (int64_t r = 0; r < nr; r++)"):
+            cw.declare(f"const {a} *restrict", "xr", f"{xs} + (gb + r) * L")
+            cw.line(f"mx[r] = gc_rowmax_{sfx}(xr, L);",
+                    f"if (!(mx[r] != 0 && mx[r] > -({a})INFINITY))",
+                    f"  mx[r] = gc_rowfirst_{sfx}(xr, L);",
+                    f"gc_rowexp_{sfx}(xr, {ys} + (gb + r) * L, L, mx[r]);")
+        cw.line(f"gc_rowsums_{sfx}({ys} + gb * L, L, nr, total);")
+        with cw.block("for (int64_t r = 0; r < nr; r++)"):
+            cw.declare(f"{a} *restrict", "yr", f"{ys} + (gb + r) * L")
+            if log:
+                cw.declare(f"const {a} *restrict", "xr", f"{xs} + (gb + r) * L")
+                cw.declare(f"const {a}", "lt", f"({a})gc_log((double)total[r])")
+                body = f"yr[j] = ({a})(({a})(xr[j] - mx[r]) - lt);"
+            else:
+                cw.declare(f"const {a}", "tr", "total[r]")
+                body = "yr[j] = yr[j] / tr;"
+            with cw.block("for (int64_t j = 0; j < L; j++)"):
+                cw.line(body)
 
 
 EMITTERS: dict[str, Any] = {

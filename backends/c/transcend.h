@@ -37,19 +37,28 @@
 #ifndef GRADC_TRANSCEND_H
 #define GRADC_TRANSCEND_H
 
+/* a * b + c: one fused operation where the machine has one (an explicit fma is not a
+ * contraction: -ffp-contract=off leaves it), else two roundings. The polynomials below take
+ * half the instructions with it; their error bounds hold either way. */
+#if defined(__FMA__) || defined(__aarch64__)
+#define GC_FMA(a, b, c) __builtin_fma((a), (b), (c))
+#else
+#define GC_FMA(a, b, c) ((a) * (b) + (c))
+#endif
+
 /* -- fitted constants (benchmarks/fit_transcendental.py) -- */
 #define GC_LN2_HI 0x1.62e42fee00000p-1  /* ln 2: 32 bits, k * GC_LN2_HI exact */
 #define GC_LN2_LO 0x1.a39ef35793c76p-33
 #define GC_INV_LN2 0x1.71547652b82fep+0
-#define GC_EXP_Q(x) (0x1.0000000000001p-1 + (x) * (0x1.5555555555556p-3 + (x) * (0x1.5555555553b72p-5 + (x) * (0x1.111111111091ap-7 + (x) * (0x1.6c16c1794bd5cp-10 + (x) * (0x1.a01a01a83a3a3p-13 + (x) * (0x1.a019b62aaa671p-16 + (x) * (0x1.71de0be80e7e8p-19 + (x) * (0x1.2894eb03786e2p-22 + (x) * (0x1.af3cd7b3560d9p-26))))))))))
-#define GC_LOG_R(x) (0x1.5555555555558p-1 + (x) * (0x1.99999999952bfp-2 + (x) * (0x1.2492492df5266p-2 + (x) * (0x1.c71c62e0922bcp-3 + (x) * (0x1.7462b61242bb4p-3 + (x) * (0x1.39fe31c77715cp-3 + (x) * (0x1.2b5a8aca255fdp-3)))))))
-#define GC_TANH_R(x) (-0x1.5555555555555p-2 + (x) * (0x1.11111111110a8p-3 + (x) * (-0x1.ba1ba1ba0f126p-5 + (x) * (0x1.664f487e0a749p-6 + (x) * (-0x1.226e3473dce5cp-7 + (x) * (0x1.d6d39ae3905e2p-9 + (x) * (-0x1.7d9f6f23e8682p-10 + (x) * (0x1.3526e9ed54da1p-11 + (x) * (-0x1.f243823c8c981p-13 + (x) * (0x1.8445870f6fe41p-14 + (x) * (-0x1.05bbdae896297p-15 + (x) * (0x1.b33642a122cddp-18))))))))))))
-#define GC_ERF_E(x) (0x1.20dd750429b6dp+0 + (x) * (-0x1.812746b0379c1p-2 + (x) * (0x1.ce2f21a040f66p-4 + (x) * (-0x1.b82ce31203772p-6 + (x) * (0x1.565bccfa44156p-8 + (x) * (-0x1.c02db0665e53dp-11 + (x) * (0x1.f9a2be4f731a1p-14 + (x) * (-0x1.f4ca838adb73bp-17 + (x) * (0x1.b981d78881a5dp-20 + (x) * (-0x1.5c131500d3f88p-23 + (x) * (0x1.d76af6ca49787p-27 + (x) * (-0x1.ac9585a44fe29p-31))))))))))))
+#define GC_EXP_Q(x) (GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, 0x1.af3cd7b3560d9p-26, 0x1.2894eb03786e2p-22), 0x1.71de0be80e7e8p-19), 0x1.a019b62aaa671p-16), 0x1.a01a01a83a3a3p-13), 0x1.6c16c1794bd5cp-10), 0x1.111111111091ap-7), 0x1.5555555553b72p-5), 0x1.5555555555556p-3), 0x1.0000000000001p-1))
+#define GC_LOG_R(x) (GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, 0x1.2b5a8aca255fdp-3, 0x1.39fe31c77715cp-3), 0x1.7462b61242bb4p-3), 0x1.c71c62e0922bcp-3), 0x1.2492492df5266p-2), 0x1.99999999952bfp-2), 0x1.5555555555558p-1))
+#define GC_TANH_R(x) (GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, 0x1.b33642a122cddp-18, -0x1.05bbdae896297p-15), 0x1.8445870f6fe41p-14), -0x1.f243823c8c981p-13), 0x1.3526e9ed54da1p-11), -0x1.7d9f6f23e8682p-10), 0x1.d6d39ae3905e2p-9), -0x1.226e3473dce5cp-7), 0x1.664f487e0a749p-6), -0x1.ba1ba1ba0f126p-5), 0x1.11111111110a8p-3), -0x1.5555555555555p-2))
+#define GC_ERF_E(x) (GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, -0x1.ac9585a44fe29p-31, 0x1.d76af6ca49787p-27), -0x1.5c131500d3f88p-23), 0x1.b981d78881a5dp-20), -0x1.f4ca838adb73bp-17), 0x1.f9a2be4f731a1p-14), -0x1.c02db0665e53dp-11), 0x1.565bccfa44156p-8), -0x1.b82ce31203772p-6), 0x1.ce2f21a040f66p-4), -0x1.812746b0379c1p-2), 0x1.20dd750429b6dp+0))
 #define GC_SIN_S1 -0x1.5555555555555p-3
-#define GC_SIN_R(x) (0x1.1111111110bb2p-7 + (x) * (-0x1.a01a019e83816p-13 + (x) * (0x1.71de379654304p-19 + (x) * (-0x1.ae600aca92c64p-26 + (x) * (0x1.5e0b05bff20f2p-33)))))
-#define GC_COS_C(x) (0x1.5555555555555p-5 + (x) * (-0x1.6c16c16c16967p-10 + (x) * (0x1.a01a019f4e9b4p-16 + (x) * (-0x1.27e4fa17bf139p-22 + (x) * (0x1.1eeb68cd22f56p-29 + (x) * (-0x1.907d8f29fe831p-37))))))
-#define GC_ERFCX_N(x) (0x1.0000000000000p+0 + (x) * (0x1.2c83f59bbc4f3p+1 + (x) * (0x1.5dae64f3724afp+1 + (x) * (0x1.04a2ada05fd67p+1 + (x) * (0x1.11116e4bcc36ep+0 + (x) * (0x1.a253b54cfec21p-2 + (x) * (0x1.d9e4da0f93931p-4 + (x) * (0x1.88823d9c9e935p-6 + (x) * (0x1.c8c1ceb2fd4c8p-9 + (x) * (0x1.539c4aaafeb28p-12 + (x) * (0x1.f04bf431397c0p-17)))))))))))
-#define GC_ERFCX_D(x) (0x1.0000000000000p+0 + (x) * (0x1.bcf2b01dd12aap+1 + (x) * (0x1.69e029fc970f5p+2 + (x) * (0x1.6c5222c10d0eep+2 + (x) * (0x1.f9ae23972934cp+1 + (x) * (0x1.fd778a97e5909p+0 + (x) * (0x1.7d74bfa98074fp-1 + (x) * (0x1.aa468cbe9645fp-3 + (x) * (0x1.5e3402dcd972cp-5 + (x) * (0x1.95a6426c85353p-8 + (x) * (0x1.2cf8d3cf96085p-11 + (x) * (0x1.b7d4dcc9f0c42p-16))))))))))))
+#define GC_SIN_R(x) (GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, 0x1.5e0b05bff20f2p-33, -0x1.ae600aca92c64p-26), 0x1.71de379654304p-19), -0x1.a01a019e83816p-13), 0x1.1111111110bb2p-7))
+#define GC_COS_C(x) (GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, -0x1.907d8f29fe831p-37, 0x1.1eeb68cd22f56p-29), -0x1.27e4fa17bf139p-22), 0x1.a01a019f4e9b4p-16), -0x1.6c16c16c16967p-10), 0x1.5555555555555p-5))
+#define GC_ERFCX_N(x) (GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, 0x1.f04bf431397c0p-17, 0x1.539c4aaafeb28p-12), 0x1.c8c1ceb2fd4c8p-9), 0x1.88823d9c9e935p-6), 0x1.d9e4da0f93931p-4), 0x1.a253b54cfec21p-2), 0x1.11116e4bcc36ep+0), 0x1.04a2ada05fd67p+1), 0x1.5dae64f3724afp+1), 0x1.2c83f59bbc4f3p+1), 0x1.0000000000000p+0))
+#define GC_ERFCX_D(x) (GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, GC_FMA(x, 0x1.b7d4dcc9f0c42p-16, 0x1.2cf8d3cf96085p-11), 0x1.95a6426c85353p-8), 0x1.5e3402dcd972cp-5), 0x1.aa468cbe9645fp-3), 0x1.7d74bfa98074fp-1), 0x1.fd778a97e5909p+0), 0x1.f9ae23972934cp+1), 0x1.6c5222c10d0eep+2), 0x1.69e029fc970f5p+2), 0x1.bcf2b01dd12aap+1), 0x1.0000000000000p+0))
 /* pi/2 in three 33-bit parts and their tails: n * part is exact for n < 2^20 */
 #define GC_PIO2_1 0x1.921fb54400000p+0
 #define GC_PIO2_1T 0x1.0b4611a626331p-34
@@ -103,7 +112,7 @@ GC_INLINE double gc_exp_core(double x, double xl) {
   const double c = gc_sel(x > 710.0, 710.0, gc_sel(x < -746.0, -746.0, x));  /* NaN stays */
   const double t = c * GC_INV_LN2 + GC_MAGIC, k = t - GC_MAGIC;
   const double r = ((c - k * GC_LN2_HI) + xl) - k * GC_LN2_LO;  /* c - k ln2_hi is exact */
-  const double p = 1.0 + (r + r * r * GC_EXP_Q(r));
+  const double p = 1.0 + GC_FMA(r * r, GC_EXP_Q(r), r);
   /* 2^k as 2^k1 * 2^k2 (each within the normal range): p * 2^k1 is exact, one rounding */
   const double t1 = k * 0.5 + GC_MAGIC, t2 = (k - (t1 - GC_MAGIC)) + GC_MAGIC;
   return p * gc_exp2i(t1) * gc_exp2i(t2);
@@ -146,9 +155,21 @@ GC_INLINE double gc_log(double x) {
 
 GC_INLINE double gc_tanh(double x) {
   const double a = gc_abs(x), z = x * x;
-  const double small = x + x * (z * GC_TANH_R(z));
+  const double small = GC_FMA(x, z * GC_TANH_R(z), x);
   const double big = gc_copysign(1.0 - 2.0 / (gc_exp(2.0 * a) + 1.0), x);
   return gc_sel(x == 0, x, gc_sel(a < 0.625, small, big));  /* x == 0: -0.0 */
+}
+
+/* e = a * b - p exactly, for p = a * b rounded (|a|, |b| far from overflow): one fma, or
+ * Dekker's product (a and b split into 26-bit halves) without one */
+GC_INLINE double gc_two_prod(double a, double b, double p) {
+#if defined(__FMA__) || defined(__aarch64__)
+  return __builtin_fma(a, b, -p);
+#else
+  const double ca = a * 134217729.0, ah = ca - (ca - a), al = a - ah;
+  const double cb = b * 134217729.0, bh = cb - (cb - b), bl = b - bh;
+  return ((ah * bh - p) + ah * bl + al * bh) + al * bl;
+#endif
 }
 
 /* erfc(x) = e^(-a^2) erfcx(a), a = |x| (clamped at 27.5, where erfc underflows to 0), from
@@ -157,12 +178,11 @@ GC_INLINE double gc_erfc_from(double x, double a, double ea) {
   const double r = ea * (GC_ERFCX_N(a) / GC_ERFCX_D(a));
   return gc_sel(x != x, x + x, gc_sel(x < 0, 2.0 - r, r));
 }
-/* a = min(|x|, 27.5) and a^2 = h + l exactly (Dekker's product: a's high half has 26 bits) */
+/* a = min(|x|, 27.5) and a^2 = h + l exactly */
 GC_INLINE double gc_erfc_arg(double x, double *h, double *l) {
   const double a0 = gc_abs(x), a = gc_sel(a0 < 27.5, a0, 27.5);
-  const double ah = gc_bits2d(gc_d2bits(a) & ~UINT64_C(0x7ffffff)), al = a - ah;
   *h = a * a;
-  *l = ((ah * ah - *h) + 2.0 * ah * al) + al * al;
+  *l = gc_two_prod(a, a, *h);
   return a;
 }
 GC_INLINE double gc_erfc(double x) {
@@ -195,12 +215,6 @@ GC_INLINE gc_rpio2 gc_rem_pio2_medium(double a) {
   return o;
 }
 
-/* Dekker's exact product a * b = p + e without FMA (|a|, |b| far from overflow) */
-GC_INLINE double gc_two_prod(double a, double b, double p) {
-  const double ca = a * 134217729.0, ah = ca - (ca - a), al = a - ah;
-  const double cb = b * 134217729.0, bh = cb - (cb - b), bl = b - bh;
-  return ((ah * bh - p) + ah * bl + al * bh) + al * bl;
-}
 
 /* Payne-Hanek: a = m 2^(e-52) with e >= 20 (finite or not: the result is selected away for
  * inf and NaN). With i0 = e - 54, the bits of 2/pi before bit i0 + 1 make m 2^(e-52) times them
@@ -322,12 +336,17 @@ GC_INLINE double gc_gelu_tanh_slope(double x) {
   return gc_sel(gc_finite_d(x), p + gc_sel(pq == 0, 0.0, second), (double)NAN);
 }
 
-/* One row of a softmax over trailing axes (backends/c/reduce.py), T float or double:
+/* Rows of a softmax over trailing axes (backends/c/reduce.py), T float or double:
  * gc_rowmax_*: the largest of x[0..n) ignoring NaN, in 16 lanes (a vectorized maximum); -inf if
- * no element is above -inf. Which maximum it takes is unspecified, so the caller selects the
- * first one itself where that shows (a result of 0 or -inf).
- * gc_rowexp_*: y[j] = exp(x[j] - mx) rounded to T (vectorized), then their sum in increasing j
- * from -0.0 (SPEC-training 17.1's canonical order: one chain of additions). */
+ * no element is above -inf. Which of equal maxima it takes does not show unless the maximum is
+ * a zero (+0 and -0 compare equal), so there (and for -inf) the caller takes gc_rowfirst_*:
+ * SPEC-training 14.2's selection, the first maximum ignoring NaN (the first element if all are
+ * NaN), in one pass of comparisons.
+ * gc_rowexp_*: y[j] = exp(x[j] - mx) rounded to T (vectorized).
+ * gc_rowsums_*: total[r] = the sum of row r of y[0..nr)[0..n) in increasing j from -0.0
+ * (17.1's canonical order: one chain of additions per row). GC_ROWS rows at a time advance
+ * their chains together, so the adder's latency is paid once for all of them. */
+#define GC_ROWS 8
 #define GC_DEFINE_ROW(T, SFX)                                                                  \
 static inline __attribute__((unused)) T gc_rowmax_##SFX(const T *restrict x, int64_t n) {    \
   T m[16], mx = -(T)INFINITY;                                                                  \
@@ -339,12 +358,31 @@ static inline __attribute__((unused)) T gc_rowmax_##SFX(const T *restrict x, int
   for (int l = 0; l < 16; l++) mx = m[l] > mx ? m[l] : mx;                                    \
   return mx;                                                                                   \
 }                                                                                              \
-static inline __attribute__((unused)) T gc_rowexp_##SFX(const T *restrict x, T *restrict y,  \
-                                                       int64_t n, T mx) {                      \
+static inline __attribute__((unused)) T gc_rowfirst_##SFX(const T *restrict x, int64_t n) {  \
+  T m = n > 0 ? x[0] : 0;                                                                      \
+  for (int64_t j = 1; j < n; j++)                                                              \
+    if (x[j] == x[j] && (m != m || x[j] > m)) m = x[j];                                        \
+  return m;                                                                                    \
+}                                                                                              \
+static inline __attribute__((unused)) void gc_rowexp_##SFX(const T *restrict x, T *restrict y,\
+                                                          int64_t n, T mx) {                   \
   for (int64_t j = 0; j < n; j++) y[j] = (T)gc_exp((double)(T)(x[j] - mx));                  \
-  T total = -0.0;                                                                              \
-  for (int64_t j = 0; j < n; j++) total += y[j];                                              \
-  return total;                                                                                \
+}                                                                                              \
+static inline __attribute__((unused)) void gc_rowsums_##SFX(const T *restrict y, int64_t n,   \
+                                                           int64_t nr, T *restrict total) {    \
+  if (nr == GC_ROWS) {                                                                         \
+    T t[GC_ROWS];                                                                              \
+    for (int r = 0; r < GC_ROWS; r++) t[r] = -0.0;                                            \
+    for (int64_t j = 0; j < n; j++)                                                            \
+      for (int r = 0; r < GC_ROWS; r++) t[r] += y[r * n + j];                                 \
+    for (int r = 0; r < GC_ROWS; r++) total[r] = t[r];                                        \
+  } else {                                                                                     \
+    for (int64_t r = 0; r < nr; r++) {                                                         \
+      T t = -0.0;                                                                              \
+      for (int64_t j = 0; j < n; j++) t += y[r * n + j];                                      \
+      total[r] = t;                                                                            \
+    }                                                                                          \
+  }                                                                                            \
 }
 GC_DEFINE_ROW(float, f32)
 GC_DEFINE_ROW(double, f64)
