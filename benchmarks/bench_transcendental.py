@@ -13,7 +13,8 @@ reference target's (float64 evaluation rounded once) on every float16 value, ``-
 float32 values and ``--f64-samples`` float64 values (a third uniform over the op's working range,
 a third normal, a third random finite bit patterns; the special values of ``SPECIALS`` always):
 the elements whose bits differ (NaN against NaN counts as equal), the largest difference in ulps
-of the reference's value, and the largest error over the op's tolerance (at most 1 passes).
+of the reference's value, and the largest error over the op's tolerance (at most 1 passes;
+softmax and log_softmax: §17.1's bound, whose terms are not ulps of the result).
 """
 
 from __future__ import annotations
@@ -115,9 +116,31 @@ def samples(op: Op, dtype: str, n: int, rng: np.random.Generator) -> np.ndarray:
     return x
 
 
-def tolerance(op: Op, dtype: str, x: np.ndarray, d: np.ndarray | None,
+def softmax_tolerance(name: str, dtype: str, x: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """§17.1's bound for rows of ROW: ε (2n + 12 + |x - max|) |y| for softmax,
+    ε (2n + 12 + 2 |x - max| + 5 log T) for log_softmax, plus η (and 2⁻⁹|y| + 2⁻²⁴ for
+    float16), ε and η of the accumulation type."""
+    f64 = np.dtype(dtype) == np.float64
+    eps, eta = (2.0 ** -52, 2.0 ** -1022) if f64 else (2.0 ** -23, 2.0 ** -126)
+    rows = x.astype(np.float64).reshape(-1, ROW)
+    y = np.abs(ref.astype(np.float64)).reshape(-1, ROW)
+    with np.errstate(all="ignore"):
+        mx = np.nanmax(np.where(np.isnan(rows), -np.inf, rows), axis=1, keepdims=True)
+        sh = np.abs(rows - mx)
+        if name == "softmax":
+            tol = eps * (2 * ROW + 12 + sh) * y
+        else:
+            t = np.log(np.exp(rows - mx).sum(axis=1, keepdims=True))
+            tol = eps * (2 * ROW + 12 + 2 * sh + 5 * t)
+    tol = tol + eta + ((2.0 ** -9 * y + 2.0 ** -24) if np.dtype(dtype) == np.float16 else 0)
+    return tol.reshape(-1)
+
+
+def tolerance(name: str, op: Op, dtype: str, x: np.ndarray, d: np.ndarray | None,
               ref: np.ndarray) -> np.ndarray:
-    """§9.5 / §25.4: u ulps of the reference, plus gelu's absolute term."""
+    """§9.5 / §25.4: u ulps of the reference, plus gelu's absolute term; §17.1's for softmax."""
+    if op.rows:
+        return softmax_tolerance(name, dtype, x, ref)
     dt = np.dtype(dtype)
     u = 1 if dt == np.float16 else 4
     tol = u * np.spacing(np.abs(ref).astype(dt)).astype(np.float64)
@@ -148,7 +171,7 @@ def exactness(name: str, op: Op, dtype: str, n: int, rng: np.random.Generator) -
         err = np.where(differ, np.abs(g64 - r64), 0.0)
         err[differ & ~(np.isfinite(r64) & np.isfinite(g64))] = np.inf  # NaN/inf mismatches
         ulps = np.where(differ, err / np.spacing(np.abs(ref)).astype(np.float64), 0.0)
-        over = np.where(differ, err / tolerance(op, dtype, x, d, ref), 0.0)
+        over = np.where(differ, err / tolerance(name, op, dtype, x, d, ref), 0.0)
     return [name, dtype, f"{len(x):,}", f"{int(differ.sum()):,}",
             f"{float(ulps.max(initial=0)):.3g}", f"{float(over.max(initial=0)):.3g}"]
 

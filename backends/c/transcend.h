@@ -5,13 +5,14 @@
  * vectorized (GELU over 1M floats took 39 ms). Every function here is branch-free straight-line
  * code on doubles and 64-bit integers (bit patterns through memcpy, integer conversions through
  * the 1.5 * 2^52 "magic" addition, no int64 <-> double instructions, so AVX2 vectorizes them as
- * well as AVX-512); special values and ranges are selected with conditional expressions that
- * GCC if-converts into blends. Each evaluates in double to within about 1-2 double ulps, so a
+ * well as AVX-512); special values and ranges are chosen by bit-mask selects (gc_sel). Each
+ * evaluates in double to within about 1-2 double ulps (erfc's far tail 8), so a
  * float32 or float16 result rounded once from it equals the reference's (float64 function,
  * rounded once) except where the exact value lies within ~1e-16 relative of a rounding
  * boundary; a float64 result is within SPEC-training 9.5's 4 ulps of NumPy's / the C library's
- * (benchmarks/bench_transcendental.py measures both). Compiled with -ffp-contract=off: every
- * operation is rounded separately, so results do not depend on the machine having FMA.
+ * (benchmarks/bench_transcendental.py measures both). The polynomials use fused multiply-adds
+ * where the machine has them (GC_FMA), so the last bits of a result may differ between machines
+ * with and without FMA; the error bounds hold for both.
  *
  * - gc_exp_core(x, xl) = e^(x + xl) (xl a small correction): k = round(x / ln 2), r = x + xl - k
  *   ln 2 (Cody-Waite, ln 2 in two parts), e^r = 1 + r + r^2 Q(r) (degree 9), times 2^k as two
@@ -110,14 +111,14 @@ GC_INLINE double gc_copysign(double x, double s) {
 
 GC_INLINE double gc_exp_core(double x, double xl) {
   const double c = gc_sel(x > 710.0, 710.0, gc_sel(x < -746.0, -746.0, x));  /* NaN stays */
-  const double t = c * GC_INV_LN2 + GC_MAGIC, k = t - GC_MAGIC;
-  const double r = ((c - k * GC_LN2_HI) + xl) - k * GC_LN2_LO;  /* c - k ln2_hi is exact */
+  const double t = GC_FMA(c, GC_INV_LN2, GC_MAGIC), k = t - GC_MAGIC;
+  const double r = GC_FMA(-k, GC_LN2_LO, (c - k * GC_LN2_HI) + xl);  /* c - k ln2_hi: exact */
   const double p = 1.0 + GC_FMA(r * r, GC_EXP_Q(r), r);
   /* 2^k as 2^k1 * 2^k2 (each within the normal range): p * 2^k1 is exact, one rounding */
-  const double t1 = k * 0.5 + GC_MAGIC, t2 = (k - (t1 - GC_MAGIC)) + GC_MAGIC;
+  const double t1 = GC_FMA(k, 0.5, GC_MAGIC), t2 = (k - (t1 - GC_MAGIC)) + GC_MAGIC;
   return p * gc_exp2i(t1) * gc_exp2i(t2);
 }
-GC_INLINE double gc_exp(double x) { return gc_exp_core(x, 0.0); }
+GC_INLINE double gc_exp(double x) { return gc_exp_core(x, -0.0); }  /* + -0.0 folds away */
 GC_INLINE double gc_sigmoid(double x) { return 1.0 / (1.0 + gc_exp(-x)); }
 
 /* pow(x, e) for the exponents backends/c/elementwise_math.py takes apart, with C's pow at the
@@ -193,7 +194,7 @@ GC_INLINE double gc_erfc(double x) {
 GC_INLINE double gc_erf(double x) {
   const double a = gc_abs(x);
   const double small = a * GC_ERF_E(a * a);
-  const double big = 1.0 - gc_erfc(gc_sel(a < 27.5, a, 27.5));
+  const double big = 1.0 - gc_erfc(a);
   return gc_sel(x != x, x + x, gc_copysign(gc_sel(a < 1.0, small, big), x));
 }
 
