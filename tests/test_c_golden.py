@@ -107,6 +107,16 @@ def cast_float16_epilogue() -> gradc.Graph:
     return g
 
 
+def softmax_rows() -> gradc.Graph:
+    """Softmax over the last axis (rows kernel: lane maximum, vectorized exp, the rows' sums
+    advanced together) and log_softmax over a leading one (the general loop)."""
+    g = gradc.Graph("softmax_rows")
+    x = g.input("x", "float32", ("N", 37))
+    g.output(ops.softmax(x, (1,)), "y")
+    g.output(ops.log_softmax(x, (0,)), "z")
+    return g
+
+
 CASES: dict[str, Callable[[], gradc.Graph]] = {
     "elementwise": elementwise,
     "elementwise_broadcast": elementwise_broadcast,
@@ -117,6 +127,7 @@ CASES: dict[str, Callable[[], gradc.Graph]] = {
     "resample_linear": lambda: _resample("linear"),
     "slice_grad": slice_grad,
     "cast_float16_epilogue": cast_float16_epilogue,
+    "softmax_rows": softmax_rows,
 }
 # the fused group each case must lower to: (kind, with a prologue and an epilogue)
 FUSED = {"elementwise": "elementwise", "elementwise_broadcast": "elementwise",
