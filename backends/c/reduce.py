@@ -163,7 +163,7 @@ def _softmax_rows(k: Kernel, t: CType, log: bool) -> None:
     n, cw, dims = k.node, k.code, k.dims
     x, y = n.inputs[0], n.outputs[0]
     axes, shape = n.attrs["axes"], x.type.shape
-    a, sfx = t.acc, ("f32" if t.acc == "float" else "f64")
+    a, sfx = t.acc, ("f32" if t.acc == "float" else "f64")  # float32, float64: ACC is the dtype
     xs, ys = k.param(x), k.param(y)
     cw.declare("const int64_t", "L", dims.prod([shape[i] for i in axes]))
     cw.declare("const int64_t", "G", dims.prod([d for i, d in enumerate(shape) if i not in axes]))
