@@ -47,6 +47,10 @@ FORMS = ("ts", "dynamo")
 VOCAB, WIDTH, LAYERS, SEQ, BATCH, CLASSES = 64, 32, 2, 8, 2, 5
 IMAGE, PATCH = 12, 4  # ViT: 3 x 12 x 12 images, 4 x 4 patches: 9 patches + the class token
 ATTN_DROPOUT = 0.1
+# Every normalization's epsilon: a float32 value, because ONNX's LayerNormalization attribute
+# and gradc (SPEC-training §9.3) hold epsilon in float32 also for float64 data, where PyTorch
+# uses the Python float; 2**-17 keeps the float64 comparisons tight.
+EPS = 2.0 ** -17
 
 
 # -- GPT ------------------------------------------------------------------------------------------
@@ -75,7 +79,7 @@ class GPTBlock(nn.Module):
 
     def __init__(self, width: int, heads: int) -> None:
         super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.ln1, self.ln2 = nn.LayerNorm(width, eps=EPS), nn.LayerNorm(width, eps=EPS)
         self.attn = CausalSelfAttention(width, heads)
         self.fc, self.out = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
         self.dropout = nn.Dropout(0.0)
@@ -93,7 +97,7 @@ class GPT(nn.Module):
         super().__init__()
         self.wte, self.wpe = nn.Embedding(vocab, width), nn.Embedding(context, width)
         self.blocks = nn.ModuleList(GPTBlock(width, heads) for _ in range(layers))
-        self.ln_f = nn.LayerNorm(width)
+        self.ln_f = nn.LayerNorm(width, eps=EPS)
         self.lm_head = nn.Linear(width, vocab, bias=False)
         self.lm_head.weight = self.wte.weight  # tied: one parameter
 
@@ -115,7 +119,7 @@ class BertLayer(nn.Module):
         self.heads = heads
         self.q, self.k, self.v = (nn.Linear(width, width) for _ in range(3))
         self.o = nn.Linear(width, width)
-        self.ln1, self.ln2 = nn.LayerNorm(width, eps=1e-12), nn.LayerNorm(width, eps=1e-12)
+        self.ln1, self.ln2 = nn.LayerNorm(width, eps=EPS), nn.LayerNorm(width, eps=EPS)
         self.fc, self.out = nn.Linear(width, 2 * width), nn.Linear(2 * width, width)
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -139,7 +143,7 @@ class Bert(nn.Module):
                  heads: int = 4, context: int = 16, classes: int = CLASSES) -> None:
         super().__init__()
         self.tok, self.pos = nn.Embedding(vocab, width), nn.Embedding(context, width)
-        self.ln = nn.LayerNorm(width, eps=1e-12)
+        self.ln = nn.LayerNorm(width, eps=EPS)
         self.layers = nn.ModuleList(BertLayer(width, heads) for _ in range(layers))
         self.pool, self.cls = nn.Linear(width, width), nn.Linear(width, classes)
 
@@ -162,7 +166,7 @@ class ViTBlock(nn.Module):
     def __init__(self, width: int, heads: int) -> None:
         super().__init__()
         self.heads = heads
-        self.ln1, self.ln2 = nn.LayerNorm(width, eps=1e-6), nn.LayerNorm(width, eps=1e-6)
+        self.ln1, self.ln2 = nn.LayerNorm(width, eps=EPS), nn.LayerNorm(width, eps=EPS)
         self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
         self.fc, self.out = nn.Linear(width, 2 * width), nn.Linear(2 * width, width)
 
@@ -186,7 +190,7 @@ class ViT(nn.Module):
         self.cls_token = nn.Parameter(torch.randn(1, 1, width) * 0.02)
         self.pos = nn.Parameter(torch.randn(1, n + 1, width) * 0.02)
         self.blocks = nn.ModuleList(ViTBlock(width, heads) for _ in range(layers))
-        self.ln, self.head = nn.LayerNorm(width, eps=1e-6), nn.Linear(width, classes)
+        self.ln, self.head = nn.LayerNorm(width, eps=EPS), nn.Linear(width, classes)
 
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:
         x = self.patch(pixels).flatten(2).transpose(1, 2)
@@ -201,7 +205,7 @@ class ViT(nn.Module):
 class RMSNorm(nn.Module):
     """LlamaRMSNorm's formula: x * rsqrt(mean(x^2) + eps) * weight."""
 
-    def __init__(self, width: int, eps: float = 1e-6) -> None:
+    def __init__(self, width: int, eps: float = EPS) -> None:
         super().__init__()
         self.weight, self.eps = nn.Parameter(torch.ones(width)), eps
 
@@ -298,8 +302,8 @@ class Encoder(nn.Module):
         self.norm_first = norm_first
         self.embed = nn.Embedding(vocab, width)
         layer = nn.TransformerEncoderLayer(width, heads, 2 * width, dropout=0.0,
-                                           activation="gelu", batch_first=True,
-                                           norm_first=norm_first)
+                                           activation="gelu", layer_norm_eps=EPS,
+                                           batch_first=True, norm_first=norm_first)
         self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         self.head = nn.Linear(width, CLASSES)
 
@@ -339,27 +343,28 @@ def _hf(name: str, attn: str) -> nn.Module:
     if name == "gpt2":
         cfg = tf.GPT2Config(vocab_size=VOCAB, n_positions=16, n_embd=WIDTH, n_layer=LAYERS,
                             n_head=2, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=drop,
-                            bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1, **common)
+                            bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1,
+                            layer_norm_epsilon=EPS, **common)
         return Logits(tf.GPT2LMHeadModel(cfg))
     if name == "bert":
         cfg = tf.BertConfig(vocab_size=VOCAB, hidden_size=WIDTH, num_hidden_layers=LAYERS,
                             num_attention_heads=4, intermediate_size=2 * WIDTH,
                             max_position_embeddings=16, hidden_dropout_prob=0.0,
                             attention_probs_dropout_prob=drop, num_labels=CLASSES,
-                            **common)
+                            layer_norm_eps=EPS, **common)
         return Logits(tf.BertForSequenceClassification(cfg))
     if name == "vit":
         cfg = tf.ViTConfig(image_size=IMAGE, patch_size=PATCH, num_channels=3,
                            hidden_size=WIDTH, num_hidden_layers=LAYERS, num_attention_heads=2,
                            intermediate_size=2 * WIDTH, hidden_dropout_prob=0.0,
                            attention_probs_dropout_prob=drop, num_labels=CLASSES,
-                           **common)
+                           layer_norm_eps=EPS, **common)
         return Logits(tf.ViTForImageClassification(cfg))
     if name == "llama":
         cfg = tf.LlamaConfig(vocab_size=VOCAB, hidden_size=WIDTH, intermediate_size=2 * WIDTH,
                              num_hidden_layers=LAYERS, num_attention_heads=4,
                              num_key_value_heads=2, max_position_embeddings=16,
-                             attention_dropout=drop, **common)
+                             attention_dropout=drop, rms_norm_eps=EPS, **common)
         return Logits(tf.LlamaForCausalLM(cfg))
     raise KeyError(name)
 
@@ -407,11 +412,30 @@ MODELS: dict[str, Spec] = {
 INPUT_NAMES = {"ids": "input_ids", "mask": "attention_mask", "pixels": "pixels"}
 
 
+def gpt2_init(model: nn.Module) -> nn.Module:
+    """GPT-2's initialization for the hand-written models: linear and embedding weights from
+    N(0, 0.02), biases 0 (PyTorch's defaults give embeddings of N(0, 1), which with a tied
+    output projection make the first logits huge)."""
+    for m in model.modules():
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                nn.init.zeros_(m.bias)
+    return model
+
+
 def make(name: str, seed: int = 0, dtype: torch.dtype = torch.float32) -> nn.Module:
     """The model with weights from ``seed``, in training mode, in ``dtype``."""
     torch.manual_seed(seed)
-    model = MODELS[name].build().to(dtype)
-    return model.train()
+    model = MODELS[name].build()
+    if not name.startswith("hf_"):
+        gpt2_init(model.base_model.model if name.endswith("_lora") else model)
+        if name.endswith("_lora"):  # the adapters again after the base (``lora``'s B)
+            torch.manual_seed(seed + 1)
+            for n, p in model.named_parameters():
+                if "lora_B" in n:
+                    nn.init.normal_(p, 0.0, 0.1)
+    return model.to(dtype).train()
 
 
 def inputs(name: str, seed: int = 1, batch: int = BATCH,

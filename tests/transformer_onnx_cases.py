@@ -72,7 +72,20 @@ def cast_like_case() -> tuple[Any, dict[str, np.ndarray]]:
                "like": np.zeros(1, np.float64)}
 
 
+def gather_nd_case() -> tuple[Any, dict[str, np.ndarray]]:
+    """GatherND of a computed value at known index pairs (a padding mask picked per batch row
+    and key, as transformers' masks export with the dynamo exporter)."""
+    from gradc.ir.ops import REGISTRY
+    if "gather" not in REGISTRY:
+        pytest.skip("needs the gather op (branch normgather)")
+    idx = np.array([[[0, 1], [1, -1]], [[1, 0], [0, 2]]], np.int64)
+    m = make([oh.make_node("Relu", ["x"], ["r"]), oh.make_node("GatherND", ["r", "i"], ["y"])],
+             {"x": (F32, [2, 3, 2])}, {"y": F32}, {"i": idx})
+    return m, {"x": np.arange(-5, 7, dtype=F32).reshape(2, 3, 2)}
+
+
 TRANSFORMER_CASES: dict[str, tuple[Any, str]] = {
     "CastLike": (cast_like_case, "cast"),
+    "GatherND": (gather_nd_case, "gather"),
     "Attention": (masked_attention, "softmax"),
 }

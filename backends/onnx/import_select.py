@@ -5,6 +5,12 @@ SPEC-transformers §28.5.
   read); a known input that is no parameter folds to a constant of that dtype.
 - ``GatherElements`` and ``GatherND`` of values known at import fold (``np.take_along_axis``,
   index tuples); ``transformers``' BERT picks its token-type ids so from a buffer.
+- ``GatherND`` (batch_dims 0) of a computed ``data`` with indices known at import:
+  ``gather`` on ``data`` reshaped to ``(d0·…·d(m-1), rest…)`` at the row-major positions of the
+  index tuples. **Choice**: the same selection, exact, with ``gather``'s gradient: what
+  ``transformers``' padding masks export as with the dynamo exporter
+  (``attention_mask[batch_idx, kv_idx]``). Computed indices stay refused (§28.5: gradc
+  imports Gather).
 - Refused as model ops (§28.5), each naming why (``refusal``, which the importer uses for
   every op without a converter): ``GatherND`` (where it does not fold), ``ScatterND``,
   ``ScatterElements``, ``Einsum``, ``RotaryEmbedding``.
@@ -17,13 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from gradc.errors import VerifyError
+from gradc.errors import UnsupportedError, VerifyError
 from gradc.ir import builders as ops
 from gradc.ir.types import DType
 from gradc.backends.onnx.import_node import (
     Context, OnnxNode, Produced, converter, normalize_axes,
 )
-from gradc.backends.onnx.import_shape import folder
+from gradc.backends.onnx.import_shape import folder, symbolic_error
 
 # -- CastLike -----------------------------------------------------------------------------------
 
@@ -92,11 +98,43 @@ def _fold_gather_nd(n: OnnxNode, args: list[Any], ctx: Any) -> list[np.ndarray]:
     return [np.take(flat, _flat_positions(idx, list(data.shape[:m])), axis=0)]
 
 
+def _gather_nd_check(n: OnnxNode, ctx: Context) -> list[str]:
+    if n.input(1) and not ctx.is_const(n.input(1)):
+        return [refusal("GatherND")]
+    if n.get_int("batch_dims", 0) != 0:
+        return [f"attribute batch_dims: {n.get_int('batch_dims', 0)} is not supported (only 0)"]
+    return []
+
+
+@converter("GatherND", check=_gather_nd_check)
+def _gather_nd(n: OnnxNode, ctx: Context) -> list[Produced]:
+    """GatherND with known indices: ``gather`` on ``data`` flattened over the indexed axes."""
+    found = _gather_nd_check(n, ctx)
+    if found:
+        raise UnsupportedError(found[0])
+    idx = ctx.const(n, 1, "indices")
+    if idx is None or idx.ndim == 0 or idx.dtype.kind not in "iu":
+        raise VerifyError("input indices: expected an integer tensor of rank >= 1, got "
+                          f"{'none' if idx is None else f'{idx.dtype}{list(idx.shape)}'}")
+    data = ctx.value(n, 0, "data")
+    shape = list(data.type.shape)
+    m = idx.shape[-1]
+    if m > len(shape):
+        raise VerifyError(f"input indices: expected index tuples of at most {len(shape)} "
+                          f"entries (data's rank), got {m}")
+    lead = shape[:m]
+    if any(isinstance(d, str) for d in lead):
+        raise symbolic_error("input data's indexed dims", np.array(lead, dtype=object))
+    positions = _flat_positions(idx, [int(d) for d in lead])
+    flat = ops.reshape(data, [math.prod(int(d) for d in lead)] + shape[m:])
+    return [ops.gather(flat, ops.constant(positions), axis=0)]
+
+
 # -- refused (§28.5) ------------------------------------------------------------------------------
 
 REFUSED = {
     "GatherND": "gradc imports Gather; a GatherND imports only where its indices are known "
-                "at import",
+                "at import",  # the message of its converter's refusal
     "ScatterND": "gradc imports Gather; a scatter-add is the gradient of a gather, which gradc "
                  "derives itself",
     "ScatterElements": "gradc imports Gather; a scatter-add is the gradient of a gather, which "
