@@ -30,6 +30,10 @@ class Lowered:
     model: Any = None  # the onnx.ModelProto ("onnx")
     contiguous: bool = False  # the runner needs C-contiguous input arrays
     in_place: dict[str, str] = field(default_factory=dict)  # output -> input it overwrites
+    # Arrays other than NumPy's that the runner takes as inputs (GPU arrays, for "cuda"): a
+    # function from such an object to its description (``shape``, ``dtype``, ``ndim``,
+    # ``flags.c_contiguous``), or None for an object it does not take.
+    foreign: Callable[[Any], Any] | None = None
 
 
 class Target(Protocol):

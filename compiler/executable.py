@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -39,13 +39,16 @@ def _exact(spec: list[tuple[str, np.dtype, tuple[int, ...]]], arrays: Mapping[st
 
 def bind_inputs(graph: Graph, arrays: Mapping[str, Any], shapes: Mapping[str, int] | None,
                 contiguous: bool = False,
-                spec: list[tuple[str, np.dtype, tuple[int, ...]]] | None = None
-                ) -> dict[str, int]:
+                spec: list[tuple[str, np.dtype, tuple[int, ...]]] | None = None,
+                foreign: Callable[[Any], Any] | None = None) -> dict[str, int]:
     """Check every array against the graph's inputs; return the symbol bindings.
 
     ``spec``: the graph's ``static_signature``; arrays that match it exactly (a training
     loop's every step) pass without the checks that name what is wrong (a step of the MLP
-    passes 22 arrays: about 80 us of checks, a fifth of its step, became a few)."""
+    passes 22 arrays: about 80 us of checks, a fifth of its step, became a few).
+    ``foreign``: the target's description of arrays it takes besides NumPy's (GPU arrays,
+    ``Lowered.foreign``); such an array is checked through its description, which replaces it
+    in ``arrays``."""
     bindings: dict[str, int] = dict(shapes or {})
     if spec is not None and _exact(spec, arrays, contiguous):
         return bindings
@@ -68,8 +71,12 @@ def bind_inputs(graph: Graph, arrays: Mapping[str, Any], shapes: Mapping[str, in
             a = np.asarray(a)
             arrays[v.name] = a  # type: ignore[index]
         if type(a) is not np.ndarray:
-            raise InputError(f"input {v.name!r}: expected a numpy.ndarray, got "
-                             f"{type(a).__name__}")
+            described = foreign(a) if foreign is not None else None
+            if described is None:
+                raise InputError(f"input {v.name!r}: expected a numpy.ndarray"
+                                 f"{' or a GPU array' if foreign else ''}, got "
+                                 f"{type(a).__name__}")
+            a = arrays[v.name] = described  # type: ignore[index]
         want = v.type.dtype.numpy
         if a.dtype != want:
             raise InputError(f"input {v.name!r}: expected dtype {want}, got {a.dtype}")
@@ -87,8 +94,8 @@ def bind_inputs(graph: Graph, arrays: Mapping[str, Any], shapes: Mapping[str, in
                 raise InputError(f"input {v.name!r}: expected shape {_shape(v.type.shape)}, got "
                                  f"{tuple(a.shape)}")
         if contiguous and not a.flags.c_contiguous:
-            raise InputError(f"input {v.name!r}: expected a C-contiguous array, got strides "
-                             f"{a.strides}")
+            got = f"strides {a.strides}" if isinstance(a, np.ndarray) else "a strided GPU array"
+            raise InputError(f"input {v.name!r}: expected a C-contiguous array, got {got}")
     return bindings
 
 
@@ -192,7 +199,8 @@ class Executable:
     def __init__(self, graph: Graph, target: str, runner: Runner,
                  shapes: Mapping[str, int] | None = None, source: str | None = None,
                  model: Any = None, contiguous: bool = False, report: list | None = None,
-                 in_place: Mapping[str, str] | None = None) -> None:
+                 in_place: Mapping[str, str] | None = None,
+                 foreign: Callable[[Any], Any] | None = None) -> None:
         self.graph = graph
         # Outputs that a call writes into the array passed for an input (the C target's
         # ``update_in_place``): output name -> input or parameter name.
@@ -204,6 +212,7 @@ class Executable:
         self._runner = runner
         self._shapes = dict(shapes or {})
         self._contiguous = contiguous
+        self._foreign = foreign  # GPU arrays the target takes as inputs (Lowered.foreign)
         self.parameters: dict[str, np.ndarray] = {p.name: p.value for p in graph.parameters
                                                   if p.value is not None}
         self._signature = parameters_as_inputs(graph)
@@ -220,7 +229,7 @@ class Executable:
                 # caller passes the array to update (gradc.Trainer does).
                 arrays[name] = value.copy() if name in overwritten else value
         bindings = bind_inputs(self._signature, arrays, self._shapes, self._contiguous,
-                               self._static)
+                               self._static, self._foreign)
         # The sizes follow from the bindings alone: checked once per set of bindings (a
         # training loop calls with the same shapes every step).
         key = tuple(sorted(bindings.items()))
@@ -239,8 +248,9 @@ class Executable:
 
     @property
     def arena_bytes(self) -> int | None:
-        """Bytes of the C target's planned arena of intermediate values (allocated once and
-        reused by every call); None for other targets or when a shape is symbolic."""
+        """Bytes of the planned arena (allocated once and reused by every call): the C
+        target's intermediate values, the CUDA target's whole device arena; None for other
+        targets or when a shape is symbolic."""
         return getattr(self._runner, "arena_bytes", None)
 
     def profile(self, reset: bool = False) -> list[dict]:

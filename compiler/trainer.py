@@ -4,8 +4,13 @@ The step graph (``gradc.training_step``) is compiled once. Its parameters are th
 trained parameters, the optimizer state, running statistics and ``rng_state``; the Trainer owns
 one array for each and passes them to every call. On the ``"c"`` target the step writes each
 ``<name>.next`` into the array of ``<name>`` itself (the C target's ``update_in_place``): no
-parameter is copied and no state array is allocated per step. On the other targets each call
-returns fresh arrays, which the Trainer keeps in place of the old ones (still no copy).
+parameter is copied and no state array is allocated per step. On the ``"cuda"`` target the state
+lives on the GPU: each ``<name>.next`` is written in place into the slot of ``<name>`` in the
+device arena and returned as a ``DeviceArray`` of that slot (``keep_on_device``), which the
+next step passes back without a copy; the loss is the only value read back per step, and
+``parameters``, ``state_dict``, ``save`` and ``export`` copy the state to the host. On the
+other targets each call returns fresh arrays, which the Trainer keeps in place of the old ones
+(still no copy).
 ``last_step_bytes`` reports what the last step did with the state, measured from the arrays
 the call returned.
 
@@ -39,6 +44,11 @@ def _owned(a: np.ndarray) -> np.ndarray:
     return np.array(a, copy=True, order="C")
 
 
+def _host(a: Any) -> np.ndarray:
+    """A NumPy copy of a state array (a ``DeviceArray`` of the CUDA target is copied back)."""
+    return np.array(a, copy=True)
+
+
 class Trainer:
     """Compiles a training step once and keeps its state between calls (API.md)."""
 
@@ -55,9 +65,12 @@ class Trainer:
         # What a batch must hold: checked before every step as `gradc train` checks its file.
         self.batch_spec = data_spec(graph, self.step_graph, class_axis, ignore_index)
         self.target = target
-        if target == "c":
+        if target in ("c", "cuda"):
             options.setdefault("update_in_place", {p.name + SUFFIX: p.name
                                                    for p in self.step_graph.parameters})
+        if target == "cuda":  # the state stays in the device arena between steps
+            options.setdefault("keep_on_device", [p.name + SUFFIX
+                                                  for p in self.step_graph.parameters])
         for p in self.step_graph.parameters:
             if p.value is None:
                 raise InputError(f"Trainer: parameter {p.name!r} has no value (a graph parsed "
@@ -121,12 +134,13 @@ class Trainer:
     @property
     def parameters(self) -> dict[str, np.ndarray]:
         """Name -> a copy of the current array, for the trained parameters and the running
-        statistics (copies: the C target updates the Trainer's own arrays in place)."""
-        return {n: self._state[n].copy() for n in self._model_names}
+        statistics (copies: the C target updates the Trainer's own arrays in place; the CUDA
+        target's live on the GPU)."""
+        return {n: _host(self._state[n]) for n in self._model_names}
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Parameters, optimizer state, ``rng_state`` and ``step``, as copies."""
-        out = {n: a.copy() for n, a in self._state.items()}
+        out = {n: _host(a) for n, a in self._state.items()}
         out[STEP_KEY] = np.array(self._steps, np.int64)
         return out
 
@@ -181,7 +195,7 @@ class Trainer:
     # -- export -----------------------------------------------------------------------------
     def inference_graph(self) -> Graph:
         """The forward graph for inference with the current values (see ``export``)."""
-        return inference_graph(self.graph, {n: self._state[n] for n in self._model_names})
+        return inference_graph(self.graph, self.parameters)
 
     def export(self, path: str | os.PathLike[str]) -> None:
         """The trained model for inference as ONNX (atomically written).

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 import numpy as np
 
 import gradc
-from helpers import assert_bits
+from helpers import assert_bits, compile_for
 from test_elementwise_math_support import TARGETS
 
 ABS_EPS = {np.dtype(np.float16): 2.0 ** -23, np.dtype(np.float32): 2.0 ** -23,
@@ -58,7 +58,7 @@ def outputs(g: gradc.Graph, feeds: Mapping[str, np.ndarray], passes: Any = "defa
             targets: tuple[str, ...] = TARGETS) -> dict[str, dict[str, np.ndarray]]:
     """Every target's outputs (the default passes, as users compile)."""
     opts = {} if passes == "default" else {"passes": passes}
-    return {t: gradc.compile(g, target=t, **opts)(**feeds) for t in targets}
+    return {t: compile_for(g, t, **opts)(**feeds) for t in targets}
 
 
 def assert_targets(outs: dict[str, dict[str, np.ndarray]], key: str, want: np.ndarray,

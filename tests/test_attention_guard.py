@@ -16,7 +16,7 @@ import gradc
 from gradc import ops
 from gradc.ir.ops import softmax as softmax_module
 from activation_support import outputs
-from helpers import assert_bits
+from helpers import assert_bits, compile_for
 from test_elementwise_math_support import assert_ulps, graph
 
 nan, inf = np.nan, np.inf
@@ -250,7 +250,7 @@ def test_sdpa_bool_mask_exports_train_like_pytorch(dynamo):
     ort_y = run_ort(m, {"x": feeds["x"], "mask": feeds["mask"]})["y"]
     np.testing.assert_allclose(ort_y, y.detach().numpy(), rtol=1e-5, atol=1e-6)
     for target in ("reference", "c"):
-        got = gradc.compile(t, target=target)(**feeds)
+        got = compile_for(t, target)(**feeds)
         np.testing.assert_allclose(got["y"], y.detach().numpy(), rtol=1e-5, atol=1e-6)
         for name, p in model.named_parameters():
             gname, flip = _parameter_of(g, name, p.detach().numpy())

@@ -333,8 +333,8 @@ def test_c_trainer_updates_state_in_place():
 
 
 def test_c_step_updates_each_parameter_right_after_its_gradient():
-    """The C program runs a parameter's update as soon as its gradient exists (``emit.
-    _hoist_sinks``), not after the whole backward pass: w2's update precedes the product that
+    """The C program runs a parameter's update as soon as its gradient exists (``plan.
+    hoist_sinks``), not after the whole backward pass: w2's update precedes the product that
     gives w1's gradient, and each update follows the product that gives its own gradient.
     (The weights are above ``SMALL_RESULTS`` elements: smaller kernels all move alike.)"""
     r = np.random.default_rng(0)

@@ -12,14 +12,16 @@
 - ``update_in_place``: a mapping of output names to input or parameter names: each such output
   is written into the array passed for that input, which a call then overwrites and returns as
   the output (a training step updates its parameters and optimizer state this way, without a
-  copy or an allocation). A pair is granted only where that is safe (``emit._plan_in_place``);
-  ``Executable.in_place`` lists the pairs granted, the others get fresh arrays as usual.
+  copy or an allocation). A pair is granted only where that is safe
+  (``gradc.backends.plan.plan_in_place``); ``Executable.in_place`` lists the pairs granted,
+  the others get fresh arrays as usual.
 
 Layout of the program (``emit``): one static function per node or fused group, one entry
-function. Intermediate values of static shape share one arena (``emit.plan_arena``: offsets from
-their lifetimes, planned at compile time): the runner allocates it once and reuses it on every
-call, so a call allocates nothing for them (``Executable.arena_bytes``: its size). Values of
-symbolic shape are allocated per call and freed after their last use. Fused groups never get
+function. Intermediate values of static shape share one arena (``gradc.backends.plan``:
+``plan_arena`` places them by their lifetimes, planned at compile time): the runner allocates
+it once and reuses it on every call, so a call allocates nothing for them
+(``Executable.arena_bytes``: its size). Values of symbolic shape are allocated per call and
+freed after their last use. Fused groups never get
 intermediate buffers: an elementwise group is one loop; an anchored group evaluates its prologue
 per gradient element, and its epilogue when it writes the result -- max_pooling_grad and
 resample_grad accumulate each (n, c) plane in a small per-thread buffer (cache resident) and

@@ -9,8 +9,9 @@ static shape of a value. A symbolic dim travels as its symbol name in an object 
 does not fold (gradc has no run-time shapes). Float arithmetic folds only where one operand
 derives from a shape, so a model's own float constants keep their nodes.
 
-Where the inputs are not known, ``Gather`` is unsupported (gradc has no gather op) and
-``ConstantOfShape`` and ``Expand`` become gradc's ``expand`` (converters below).
+Where the inputs are not known, ``Gather`` becomes gradc's ``gather`` (as does a ``Gather``
+of a floating-point initializer: a parameter, such as an embedding table, is never folded),
+and ``ConstantOfShape`` and ``Expand`` become gradc's ``expand`` (converters below).
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ import numpy as np
 from gradc.ir import builders as ops
 from gradc.errors import UnsupportedError, VerifyError
 from gradc.ir.core import Value
-from gradc.ir.types import element_count
+from gradc.ir.types import DType, element_count
 from gradc.backends.onnx.format import dtype_of
 from gradc.backends.onnx.import_ops import slice_axis
 from gradc.backends.onnx.import_node import (
-    Context, OnnxNode, Produced, converter, int_list, normalize_axes,
+    Context, OnnxNode, Produced, converter, int_list, normalize_axes, require_dtype, require_rank,
 )
 
 FOLD_LIMIT = 4096  # elements: a larger result is left to the gradc graph (never bloats a model)
@@ -167,6 +168,8 @@ def _fold_gather(n: OnnxNode, args: list[Any], ctx: Any) -> list[np.ndarray]:
     data, idx = args[0], args[1]
     if idx.dtype.kind not in "iu" or data.ndim == 0:
         raise TypeError("indices")
+    if n.input(0) in getattr(ctx, "candidates", ()):
+        raise TypeError("a parameter")  # read by gradc's gather (SPEC-transformers §28.1)
     axis = normalize_axes([n.get_int("axis", 0)], data.ndim, "axis")[0]
     size = data.shape[axis]
     if np.any(idx < -size) or np.any(idx >= size):
@@ -405,9 +408,27 @@ def _shape(n: OnnxNode, ctx: Context) -> list[Produced]:
 
 @converter("Gather")
 def _gather(n: OnnxNode, ctx: Context) -> list[Produced]:
-    raise UnsupportedError("input data: gradc imports Gather only where data and indices are "
-                           "known at import (constants or static shapes); gradc has no gather "
-                           "op")
+    """SPEC-transformers §28.1: gradc's ``gather`` where the folder above does not apply
+    (computed data or indices, or a parameter's data); constant indices are checked here."""
+    data = ctx.value(n, 0, "data")
+    require_rank(data, 1, 8, "data", "gather")
+    indices = ctx.value(n, 1, "indices")
+    require_dtype(indices, (DType.int64, DType.int32), "indices", "gather")
+    axis = normalize_axes([n.get_int("axis", 0)], data.type.rank, "attribute axis")[0]
+    if data.type.rank - 1 + indices.type.rank > 8:
+        raise UnsupportedError(f"input indices: rank {indices.type.rank} gives a result of rank "
+                               f"{data.type.rank - 1 + indices.type.rank} (gradc: at most 8)")
+    size = data.type.shape[axis]
+    try:
+        known = ctx.const(n, 1, "indices")
+    except UnsupportedError:  # computed indices: checked when the graph runs (InputError)
+        known = None
+    if known is not None and not isinstance(size, str):
+        k = known.astype(np.int64)
+        if ((k < -size) | (k >= size)).any():
+            raise VerifyError(f"input indices: expected indices in {-size}..{size - 1} "
+                              f"(data.shape[{axis}] = {size}), got {k.reshape(-1).tolist()[:8]}")
+    return [ops.gather(data, indices, axis=axis)]
 
 
 @converter("Range", "Floor", "Ceil")

@@ -66,6 +66,7 @@ from gradc.backends.onnx import import_gemm  # noqa: F401
 from gradc.backends.onnx import import_batch_norm  # noqa: F401
 from gradc.backends.onnx import import_training  # noqa: F401
 from gradc.backends.onnx import import_activation  # noqa: F401
+from gradc.backends.onnx import import_normalization  # noqa: F401
 # Transformer imports (SPEC-transformers §28): rewrites before the import, selections, refusals.
 from gradc.backends.onnx import import_attention, import_select, import_sequence  # noqa: F401
 from gradc.backends.onnx.import_rewrite import prepare

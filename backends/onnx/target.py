@@ -84,8 +84,9 @@ from gradc.backends.onnx.lower_gemm import lower_gemm_table
 from gradc.backends.onnx.lower_batch_norm import lower_batch_norm_table
 from gradc.backends.onnx.lower_training import lower_training_table
 from gradc.backends.onnx.lower_activation import lower_activation_table
+from gradc.backends.onnx.lower_normalization import index_error, lower_normalization_table
 from gradc.backends.target import Lowered
-from gradc.errors import GradcError, ResourceError, UnsupportedError, VerifyError
+from gradc.errors import GradcError, InputError, ResourceError, UnsupportedError, VerifyError
 from gradc.ir.core import Graph, Node, Value, parameters_as_inputs
 from gradc.ir.interpret import evaluate_node
 from gradc.ir.verify import verify
@@ -100,6 +101,7 @@ LOWERINGS = {
     **lower_batch_norm_table(),
     **lower_training_table(),
     **lower_activation_table(),
+    **lower_normalization_table(),
 }
 
 
@@ -234,6 +236,7 @@ class OnnxRunner:
     def __init__(self, session: Any, graph: Graph, make: Callable[[], Any] | None = None) -> None:
         self.session = session  # None: made by ``make`` at the first call
         self._make = make
+        self.graph = graph
         self.inputs = [v.name for v in graph.inputs]
         self.outputs = [v.name for v in graph.outputs]
 
@@ -243,16 +246,30 @@ class OnnxRunner:
         if self.session is None and self._make is not None:
             self.session = self._make()
         try:
-            return dict(zip(self.outputs, self.session.run(self.outputs, feeds)))
+            return dict(zip(self.outputs, self.session.run(self.outputs, feeds, _quiet())))
         except MemoryError:
             raise
         except Exception as exc:  # onnxruntime raises its own exception types
             text = str(exc)
             if "Failed to allocate memory" in text or "bad_alloc" in text:
                 raise MemoryError(text) from None  # the Executable names the value and bytes
+            bad = index_error(self.graph, arrays, bindings)  # onnxruntime refused an index
+            if bad is not None:
+                raise InputError(bad) from None
             raise GradcError(f"onnx target: onnxruntime failed while running the exported "
                              f"model: {text.splitlines()[0] if text else type(exc).__name__}"
                              ) from None
+
+
+@functools.cache
+def _quiet() -> Any:
+    """Run options that keep onnxruntime from logging a failed run to stderr: the exception
+    carries its message, and a refused index becomes an InputError (§26.3)."""
+    import onnxruntime as ort  # lazy: loaded only when a session runs (a heavy import)
+
+    options = ort.RunOptions()
+    options.log_severity_level = 4
+    return options
 
 
 def session(model: onnx.ModelProto, threads: int | None = None,

@@ -1,0 +1,302 @@
+"""Graph -> CUDA source: one kernel per node (or fused group), launched in the plan's order.
+
+The schedule and the memory plan are the shared ones (``gradc.backends.plan``); this module
+names their buffers in CUDA. Everything lives in one device arena whose layout is fixed at
+compile time: the inputs' slots, then the outputs' (an output updated in place is its input's
+slot), then the temporaries at ``plan_arena``'s offsets. Every kernel takes the arena's base
+alone and reaches its buffers at constant offsets, so a launch never changes and the whole
+sequence is captured once as a CUDA graph (``runtime.py``). Shapes are static: the target
+generates one program per set of symbol values. Constants are ``__device__`` arrays of bit
+patterns. No user-supplied name or string reaches the source: values are numbered, and the
+only comments name registry op names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+import numpy as np
+
+from gradc.errors import UnsupportedError
+from gradc.ir.core import Graph, Node, Value, parameters_as_inputs
+
+from gradc.backends.plan import (Buffer, Memory, Plan, Sizes, assign_buffers, flatten,
+                                 hoist_sinks, plan_arena, plan_in_place)
+from gradc.backends.c.ctypes_map import Dims, ctype
+from gradc.backends.c.writer import CWriter
+from gradc.backends.cuda import elementwise, gather, pool, reduce, resample, slice_grad
+from gradc.backends.cuda.kernel import BLOCK, CudaKernel, grid
+from gradc.backends.cuda.prelude import PRELUDE
+
+Emitter = Callable[[CudaKernel], None]
+
+
+def _emitters() -> dict[str, Emitter]:
+    table: dict[str, Emitter] = {}
+    for family in (elementwise, gather, pool, resample, slice_grad, reduce):
+        table.update(family.EMITTERS)
+    return table
+
+
+EMITTERS = _emitters()
+SPECIAL = ("constant", "fused")  # handled by the program builder itself
+IO_ALIGN = 256  # bytes: each input and output slot, and the temporaries' region
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch of the step: ``kernel<<<grid, block>>>(arena)``."""
+
+    kernel: str
+    grid: int
+    block: int
+    barrier: bool  # the kernel synchronizes its block (the host harness runs it as fibers)
+    label: str  # op or fused group and result type (registry names only)
+
+
+@dataclass
+class Program:
+    """The generated CUDA text and what the runtime needs to run it."""
+
+    source: str
+    inputs: list[Value]
+    outputs: list[Value]
+    input_offsets: list[int]  # arena offset of each input's slot
+    output_offsets: list[int]  # arena offset each output is read from after the step
+    arena_bytes: int
+    output_shapes: list[tuple[int, ...]]  # the outputs' shapes, symbols bound
+    launches: list[Launch] = field(default_factory=list)
+    in_place: dict[int, int] = field(default_factory=dict)  # output index -> input index
+
+
+def check_supported(graph: Graph) -> None:
+    """UnsupportedError listing every op (also inside fused bodies) the CUDA target lacks."""
+    missing: set[str] = set()
+
+    def walk(g: Graph) -> None:
+        for n in g.nodes:
+            if n.body is not None:
+                walk(n.body)
+            elif n.op not in EMITTERS and n.op not in SPECIAL:
+                missing.add(n.op)
+
+    walk(graph)
+    if missing:
+        raise UnsupportedError(f"cuda target: expected operators with a CUDA lowering, got "
+                               f"{', '.join(sorted(missing))}")
+
+
+def unbound_symbols(graph: Graph, shapes: Mapping[str, int]) -> list[str]:
+    """The symbols of the graph's values that ``shapes`` does not bind, in first-use order."""
+    seen: dict[str, None] = {}
+    for v in graph.values():
+        for s in v.type.symbols:
+            if s not in shapes:
+                seen.setdefault(s)
+    return list(seen)
+
+
+class _CudaKernels:
+    """What the CUDA kernels guarantee to the memory plan (``gradc.backends.plan``)."""
+
+    def elementwise(self, n: Node) -> bool:
+        """A thread loads each element's operands before it stores that element."""
+        return (n.attrs.get("kind") == "elementwise" if n.body is not None
+                else EMITTERS.get(n.op) is elementwise.emit_elementwise)
+
+    def reads_all_first(self, n: Node, out: Value) -> bool:
+        """No CUDA kernel overwrites a buffer it reads other elements of."""
+        return False
+
+
+KERNELS = _CudaKernels()
+
+
+def generate(graph: Graph, shapes: Mapping[str, int] | None = None,
+             in_place: Mapping[str, str] | None = None) -> Program:
+    """The CUDA program of a verified graph with every symbol bound by ``shapes``
+    (UnsupportedError before any text otherwise); parameters are inputs like the others."""
+    graph = parameters_as_inputs(graph)
+    check_supported(graph)
+    shapes = dict(shapes or {})
+    free = unbound_symbols(graph, shapes)
+    if free:
+        raise UnsupportedError(f"cuda target: symbol {free[0]!r}: expected a size bound at "
+                               f"compile time (shapes={{{free[0]!r}: ...}}: the CUDA program "
+                               f"is generated for static shapes), got none")
+    plan = Plan(Sizes(shapes))
+    flatten(graph, plan)
+    hoist_sinks(plan)
+    granted = plan_in_place(graph, plan, in_place or {}, KERNELS)
+    memory = assign_buffers(graph, plan, granted, KERNELS)
+    return _Builder(graph, plan, Dims([], shapes), memory, granted).build()
+
+
+def _aligned(n: int, a: int = IO_ALIGN) -> int:
+    return -(-n // a) * a
+
+
+class _Builder:
+    """Lays out the arena and writes the kernels."""
+
+    def __init__(self, graph: Graph, plan: Plan, dims: Dims, memory: Memory,
+                 in_place: dict[int, int]) -> None:
+        self.graph, self.plan, self.dims, self.memory = graph, plan, dims, memory
+        self.in_place = in_place
+        self.statics: list[str] = []
+        self.kernels: list[CWriter] = []
+        self.launches: list[Launch] = []
+        self.offset: dict[Buffer, int] = {}
+        end = 0
+        for i, v in enumerate(graph.inputs):
+            self.offset[Buffer("input", i)] = end
+            end = _aligned(end + _nbytes(dims, v))
+        for j, v in enumerate(graph.outputs):
+            if j not in in_place:
+                self.offset[Buffer("output", j)] = end
+                end = _aligned(end + _nbytes(dims, v))
+        offsets, total = plan_arena(memory.lives()) if memory.owners else ({}, 0)
+        for k in range(len(memory.owners)):
+            self.offset[Buffer("temp", k)] = end + offsets[f"b{k}"]
+        self.arena_bytes = max(IO_ALIGN, end + total)
+
+    def address(self, b: Buffer) -> str:
+        """The C expression of a buffer's first byte."""
+        if b.kind == "constant":
+            return f"gc_const{b.index}"
+        return f"(gc_arena + {self.offset[b]})"
+
+    def build(self) -> Program:
+        """Assemble the whole program."""
+        g = self.graph
+        outs = {self.plan.resolve(v) for v in g.outputs}
+        constants = 0
+        for n in self.plan.nodes:
+            if n.op == "constant":
+                self._constant(n, constants, n.outputs[0] in outs)
+                constants += 1
+            elif n not in self.memory.views:
+                self._kernel(n)
+        w = CWriter()
+        self._header(w)
+        w.blank()
+        w.line(*PRELUDE.splitlines())
+        if self.statics:
+            w.blank()
+            w.line(*self.statics)
+        for kernel in self.kernels:
+            w.blank()
+            w.nest(kernel)
+        buffers = self.memory.buffers
+        return Program(w.text() + "\n", list(g.inputs), list(g.outputs),
+                       [self.offset[Buffer("input", i)] for i in range(len(g.inputs))],
+                       [self.offset[buffers[self.plan.resolve(v)]] for v in g.outputs],
+                       self.arena_bytes, [tuple(_sizes(self.dims, v)) for v in g.outputs],
+                       list(self.launches), dict(self.in_place))
+
+    def _constant(self, n: Node, index: int, is_output: bool) -> None:
+        """A ``__device__`` array of the constant's bit patterns (and, for an output, a copy
+        kernel into its slot)."""
+        v = n.outputs[0]
+        arr = np.ascontiguousarray(n.attrs["value"])
+        bits = arr.reshape(-1).view(np.dtype(f"u{arr.dtype.itemsize}"))
+        data = ", ".join(f"0x{int(b):x}u" for b in bits)
+        self.statics.append(f"__device__ const {ctype(v.type.dtype).bits} gc_const{index}"
+                            f"[{bits.size}] = {{{data}}};")
+        if is_output:  # a copy kernel into the output's slot
+            k = CudaKernel(f"k{len(self.kernels)}", n, self.dims, {})
+            dst = self.memory.buffers[self.plan.resolve(v)]
+            with k.each(bits.size) as i:
+                k.code.line(f"dst[{i}] = gc_const{index}[{i}];")
+            t = ctype(v.type.dtype).bits
+            self._finish(k, [f"{t} *__restrict__ dst = ({t} *){self.address(dst)};"])
+
+    def _kernel(self, n: Node) -> None:
+        """Emit the function of one node (or fused group)."""
+        params: dict[Buffer, str] = {}
+        ptr: dict[Value, str] = {}
+        order: list[tuple[Buffer, Value, bool]] = []
+        buffers = self.memory.buffers
+
+        def bind(v: Value, outer: Value, is_out: bool) -> None:
+            b = buffers[self.plan.resolve(outer)]
+            if b not in params:
+                params[b] = f"p{len(params)}"
+                order.append((b, outer, is_out))
+            ptr[v] = params[b]
+
+        for v in n.outputs:
+            bind(v, v, True)
+        for v in n.inputs:
+            bind(v, v, False)
+        if n.body is not None:
+            for bv, ov in zip(n.body.inputs, n.inputs):
+                bind(bv, ov, False)
+            for bv, ov in zip(n.body.outputs, n.outputs):
+                bind(bv, ov, True)
+        k = CudaKernel(f"k{len(self.kernels)}", n, self.dims, ptr)
+        if n.body is None:
+            EMITTERS[n.op](k)
+        elif n.attrs["kind"] == "elementwise":
+            elementwise.emit_elementwise(k)
+        else:
+            EMITTERS[n.attrs["kind"]](k)
+        decls = []
+        for b, v, is_out in order:  # the pointers the body uses (an unused one is no warning)
+            p = params[b]
+            if p in k.read:
+                ty = k.types.get(p, ctype(v.type.dtype).store)
+                q = "" if is_out else "const "
+                decls.append(f"{q}{ty} *__restrict__ {p} = ({q}{ty} *){self.address(b)};")
+        self._finish(k, decls)
+
+    def _finish(self, k: CudaKernel, decls: list[str]) -> None:
+        """The kernel's function around its body, and its launch."""
+        n = k.node
+        w = CWriter()
+        w.comment(n.op if n.body is None else "fused")
+        with w.block(f"GC_KERNEL {k.name}(char *__restrict__ gc_arena)"):
+            w.line(*decls, "(void)gc_arena;")
+            w.nest(k.code)
+        self.kernels.append(w)
+        self.statics.extend(k.tables)
+        self.launches.append(Launch(k.name, grid(k.work), BLOCK, k.barrier, label(n)))
+
+    def _header(self, w: CWriter) -> None:
+        """The calling convention: arena layout and launches (no user name: values are
+        described by position, dtype and shape)."""
+        g = self.graph
+
+        def ty(v: Value) -> str:
+            return f"{v.type.dtype.name}[{','.join(str(d) for d in _sizes(self.dims, v))}]"
+
+        outs = [self.offset[self.memory.buffers[self.plan.resolve(v)]] for v in g.outputs]
+        w.comment("Generated by gradc: the CUDA kernels of one graph, launched in this order,",
+                  "each with the base of one device arena of "
+                  f"{self.arena_bytes} bytes as its only argument:",
+                  *(f"  {x.kernel}<<<{x.grid}, {x.block}>>>(arena)" for x in self.launches),
+                  "Arena layout (byte offsets; arrays are contiguous and row-major):",
+                  *(f"  input {i}: {ty(v)} at {self.offset[Buffer('input', i)]}"
+                    for i, v in enumerate(g.inputs)),
+                  *(f"  output {j}: {ty(v)} at {outs[j]}" + (
+                      f" (updated in place: input {self.in_place[j]})"
+                      if j in self.in_place else "") for j, v in enumerate(g.outputs)))
+
+
+def _sizes(dims: Dims, v: Value) -> list[int]:
+    return [dims.static(d) or 0 for d in v.type.shape]
+
+
+def _nbytes(dims: Dims, v: Value) -> int:
+    n = v.type.dtype.numpy.itemsize
+    for d in _sizes(dims, v):
+        n *= d
+    return n
+
+
+def label(n: Node) -> str:
+    """What a kernel computes: its op (a fused group's kind) and its first result's type."""
+    v = n.outputs[0]
+    what = n.op if n.body is None else f"fused {n.attrs['kind']}"
+    return f"{what} -> {v.type.dtype.name}[{'x'.join(str(d) for d in v.type.shape)}]"

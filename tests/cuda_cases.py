@@ -1,0 +1,267 @@
+"""Graphs that exercise every kernel family of the cuda target, with inputs that reach their
+corners (NaN, -0.0, infinities, ties, padding, clamped borders, overlapping windows).
+
+Shared by ``test_cuda_kernels.py`` (the host harness against the reference, bit for bit),
+``test_cuda_nvrtc.py`` (NVRTC compiles every kernel) and ``benchmarks/gpu_smoke.sh`` (the same
+cases on the GPU). Each case is ``(graph, feeds)``; the graph's ops have a CUDA lowering.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+import gradc
+from gradc import ops
+
+Case = Callable[[], tuple[gradc.Graph, dict[str, np.ndarray]]]
+FLOATS = ("float16", "float32", "float64")
+RNG_SEED = 2811
+
+
+def _special(rng: np.random.Generator, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    """Random values with a few NaN, -0.0, +-inf and repeated values (ties)."""
+    a = rng.standard_normal(shape).astype(dtype)
+    flat = a.reshape(-1)
+    if flat.size >= 8:
+        picks = rng.choice(flat.size, 6, replace=False)
+        flat[picks[:4]] = np.array([np.nan, -0.0, np.inf, -np.inf], dtype)
+        flat[picks[5]] = flat[picks[4]]
+    return a
+
+
+def _ints(rng: np.random.Generator, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    info = np.iinfo(dtype)
+    lo, hi = max(info.min, -100), min(info.max, 100)
+    return rng.integers(lo, hi + 1, shape).astype(dtype)
+
+
+def _graph(name: str, inputs: dict[str, tuple[str, tuple]], fn: Callable[..., dict]
+           ) -> gradc.Graph:
+    g = gradc.Graph(name)
+    vals = {k: g.input(k, d, s) for k, (d, s) in inputs.items()}
+    for k, v in fn(**vals).items():
+        g.output(v, k)
+    return g
+
+
+def elementwise_chain(dtype: str) -> Case:
+    """A fused chain with a broadcast operand, a cast and both seed element-wise gradients."""
+    def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+        rng = np.random.default_rng(RNG_SEED)
+        g = _graph(f"ew_{dtype}", {"x": (dtype, (3, 5, 4)), "b": (dtype, (5, 1)),
+                                   "dy": (dtype, (3, 5, 4))},
+                   lambda x, b, dy: {
+                       "y": ops.clip(ops.add(ops.relu(x), b), -1.0, 1.5),
+                       "dx": ops.clip_grad(x, ops.relu_grad(x, ops.mul(ops.neg(dy), b)),
+                                           -1.0, 1.5),
+                       "c": ops.cast(ops.sub(x, dy), "float16" if dtype != "float16"
+                                     else "float32")})
+        return g, {"x": _special(rng, dtype, (3, 5, 4)), "b": _special(rng, dtype, (5, 1)),
+                   "dy": _special(rng, dtype, (3, 5, 4))}
+    return make
+
+
+def integer_chain(dtype: str) -> Case:
+    """Wrapping integer arithmetic, clip and casts."""
+    def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+        rng = np.random.default_rng(RNG_SEED)
+        g = _graph(f"int_{dtype}", {"a": (dtype, (4, 6)), "b": (dtype, (6,))},
+                   lambda a, b: {"s": ops.clip(ops.mul(ops.add(a, b), a),
+                                               0 if dtype[0] == "u" else -50, 70),
+                                 "f": ops.cast(ops.sub(a, b), "float32"),
+                                 "w": ops.where(ops.greater(a, b), a, b)})
+        return g, {"a": _ints(rng, dtype, (4, 6)), "b": _ints(rng, dtype, (6,))}
+    return make
+
+
+def movements(dtype: str) -> Case:
+    """slice (negative and zero strides), transpose, pad, reshape, join, split, expand."""
+    def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+        rng = np.random.default_rng(RNG_SEED)
+        data = _special(rng, dtype, (2, 5, 6)) if dtype in FLOATS else \
+            _ints(rng, dtype, (2, 5, 6))
+
+        def fn(x):
+            parts = ops.split(x, 2, (1, 3, 2))
+            return {"sl": ops.slice(x, (0, 1, 1), (2, 4, 4), (1, -1, 2)),
+                    "s0": ops.slice(x, (1, 0, 0), (1, 5, 6), (0, 1, 1), output_sizes=(3, 5, 6)),
+                    "tr": ops.transpose(x, (2, 0, 1)),
+                    "pd": ops.pad(x, (1, 0, 2), (0, 2, 1), 3),
+                    "rs": ops.reshape(ops.neg(x) if dtype in FLOATS else x, (5, 12)),
+                    "jn": ops.join([parts[2], x, parts[0]], 2),
+                    "p1": parts[1],
+                    "ex": ops.expand(ops.slice(x, (0, 0, 0), (1, 1, 6), (1, 1, 1)), x)}
+        g = _graph(f"mv_{dtype}", {"x": (dtype, (2, 5, 6))}, fn)
+        return g, {"x": data}
+    return make
+
+
+def one_hot(dtype: str) -> Case:
+    """Negative and out-of-range indices, on the middle axis."""
+    def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+        g = _graph(f"oh_{dtype}", {"i": (dtype, (3, 1, 4)), "v": ("float32", (2,))},
+                   lambda i, v: {"y": ops.one_hot(i, v, 1, (3, 5, 4))})
+        i = np.array([[0, 1, 4, 7], [2, 3, 0, 1], [4, 5, 2, 3]], dtype).reshape(3, 1, 4)
+        if np.dtype(dtype).kind == "i":
+            i[0, 0, 3], i[1, 0, 2] = -1, -5
+        return g, {"i": i, "v": np.array([-0.0, 2.5], np.float32)}
+    return make
+
+
+def slice_grad_fused(dtype: str) -> Case:
+    """A strided, reversed window with a prologue and an epilogue; and slice_grad alone."""
+    def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+        rng = np.random.default_rng(RNG_SEED)
+
+        def fn(y, dy, q):
+            d = ops.slice_grad(ops.relu_grad(y, dy), (2, 7, 4), (0, 1, 0), (2, 6, 4), (1, 2, -1))
+            return {"dx": ops.clip_grad(q, d, -1.0, 1.0),
+                    "alone": ops.slice_grad(dy, (2, 7, 5), (0, 0, 1), (2, 7, 4), (1, 3, 1))}
+        g = _graph(f"sg_{dtype}", {"y": (dtype, (2, 3, 4)), "dy": (dtype, (2, 3, 4)),
+                                   "q": (dtype, (2, 7, 4))}, fn)
+        return g, {k: _special(rng, dtype, s) for k, s in
+                   (("y", (2, 3, 4)), ("dy", (2, 3, 4)), ("q", (2, 7, 4)))}
+    return make
+
+
+def pooling(dtype: str, window: tuple[int, ...], strides: tuple[int, ...],
+            pads: tuple[int, ...], dilations: tuple[int, ...] | None = None) -> Case:
+    """max_pooling (values and indices, ceil-mode size) and max_pooling_grad fused with a
+    prologue and an epilogue, overlapping windows, ties and NaN."""
+    nd = len(window)
+
+    def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+        rng = np.random.default_rng(RNG_SEED)
+        shape = (2, 3) + (7, 6, 5)[:nd]
+        x = _special(rng, dtype, shape) if dtype in FLOATS else _ints(rng, dtype, shape)
+        x.reshape(-1)[:8] = x.reshape(-1)[0]  # ties
+        kw = dict(strides=strides, start_padding=pads, end_padding=pads, dilations=dilations)
+        probe = _graph("p", {"x": (dtype, shape)},
+                       lambda x: {"y": ops.max_pooling(x, window, **kw)})
+        out = probe.outputs[0].type.shape
+        ceil = tuple(int(d) + 1 for d in out[2:])
+
+        def fn(**v):
+            r = {"y": ops.max_pooling(v["x"], window, **kw),
+                 "yc": ops.max_pooling(v["x"], window, **kw, output_indices=True,
+                                       output_sizes=ceil)[0]}
+            r["ic"] = ops.max_pooling(v["x"], window, **kw, output_indices=True,
+                                      output_sizes=ceil)[1]
+            if dtype in FLOATS:
+                d = ops.max_pooling_grad(v["x"], ops.relu_grad(v["yin"], v["dy"]), window, **kw)
+                r["dx"] = ops.relu_grad(v["q"], d)
+                r["alone"] = ops.max_pooling_grad(v["x"], v["dy"], window, **kw)
+            return r
+        inputs = {"x": (dtype, shape)}
+        feeds = {"x": x}
+        if dtype in FLOATS:
+            inputs |= {"yin": (dtype, out), "dy": (dtype, out), "q": (dtype, shape)}
+            feeds |= {"yin": _special(rng, dtype, tuple(out)), "q": _special(rng, dtype, shape),
+                      "dy": _special(rng, dtype, tuple(out))}
+        return _graph(f"pool_{dtype}_{nd}", inputs, fn), feeds
+    return make
+
+
+def resampling(dtype: str, mode: str, scales: tuple[float, ...]) -> Case:
+    """resample and resample_grad (fused with a prologue and an epilogue), clamped borders."""
+    def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+        rng = np.random.default_rng(RNG_SEED)
+        shape = (2, 3, 5, 4)[-len(scales):]
+        x = _special(rng, dtype, shape) if dtype in FLOATS else _ints(rng, dtype, shape)
+        probe = _graph("p", {"x": (dtype, shape)},
+                       lambda x: {"y": ops.resample(x, scales, mode)})
+        out = tuple(int(d) for d in probe.outputs[0].type.shape)
+
+        def fn(**v):
+            r = {"y": ops.resample(v["x"], scales, mode)}
+            if dtype in FLOATS:
+                d = ops.resample_grad(ops.relu_grad(v["y2"], v["dy"]), shape, scales, mode)
+                r["dx"] = ops.relu_grad(v["q"], d)
+            return r
+        inputs = {"x": (dtype, shape)}
+        feeds = {"x": x}
+        if dtype in FLOATS:
+            inputs |= {"y2": (dtype, out), "dy": (dtype, out), "q": (dtype, shape)}
+            feeds |= {"y2": _special(rng, dtype, out), "dy": _special(rng, dtype, out),
+                      "q": _special(rng, dtype, shape)}
+        return _graph(f"rs_{dtype}_{mode}", inputs, fn), feeds
+    return make
+
+
+def reductions(dtype: str) -> Case:
+    """reduce_sum/mean/max/min (+ gradients), element_count, softmax, log_softmax."""
+    def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+        rng = np.random.default_rng(RNG_SEED)
+        shape = (3, 4, 5)
+        x = _special(rng, dtype, shape) if dtype in FLOATS else _ints(rng, dtype, shape)
+        x[1, 2, :] = x[1, 2, 0]  # ties
+
+        def fn(**v):
+            x = v["x"]
+            r = {"s02": ops.reduce_sum(x, (0, 2)), "s1": ops.reduce_sum(x, (1,), True),
+                 "sall": ops.reduce_sum(x), "mx": ops.reduce_max(x, (2,)),
+                 "mn": ops.reduce_min(x, (0, 1), True),
+                 "n": ops.element_count(x, (0, 2), "float16")}
+            if dtype in FLOATS:
+                r |= {"mean": ops.reduce_mean(x, (1,)),
+                      "gmx": ops.reduce_max_grad(x, v["d2"], (2,)),
+                      "gmn": ops.reduce_min_grad(x, v["d01"], (0, 1), True),
+                      "sm": ops.softmax(x, (2,)), "lsm": ops.log_softmax(x, (0, 1))}
+            return r
+        inputs = {"x": (dtype, shape)}
+        feeds = {"x": x}
+        if dtype in FLOATS:
+            inputs |= {"d2": (dtype, (3, 4)), "d01": (dtype, (1, 1, 5))}
+            feeds |= {"d2": _special(rng, dtype, (3, 4)), "d01": _special(rng, dtype, (1, 1, 5))}
+        return _graph(f"red_{dtype}", inputs, fn), feeds
+    return make
+
+
+def tiny_cnn() -> gradc.Graph:
+    """A model whose training step uses only ops of the cuda target (no gemm): a per-channel
+    scale and bias, relu, max pooling, a mean, class scores by broadcasting, cross entropy."""
+    rng = np.random.default_rng(5)
+    g = gradc.Graph("tiny")
+    x = g.input("x", "float32", (4, 3, 6, 6))
+    w = g.add_parameter("w", rng.standard_normal((1, 3, 1, 1)).astype(np.float32))
+    b = g.add_parameter("b", rng.standard_normal((1, 3, 1, 1)).astype(np.float32))
+    k = g.add_parameter("k", rng.standard_normal((5, 3)).astype(np.float32))
+    with g:
+        h = ops.max_pooling(ops.relu(ops.add(ops.mul(x, w), b)), (2, 2), (2, 2))
+        f = ops.reshape(ops.reduce_mean(h, (2, 3)), (4, 1, 3))
+        g.output(ops.reduce_sum(ops.mul(f, k), (2,)), "y")
+    return g
+
+
+CASES: dict[str, Case] = {}
+for _d in FLOATS:
+    CASES[f"elementwise_{_d}"] = elementwise_chain(_d)
+    CASES[f"movements_{_d}"] = movements(_d)
+    CASES[f"slice_grad_{_d}"] = slice_grad_fused(_d)
+    CASES[f"pool2d_{_d}"] = pooling(_d, (3, 3), (2, 2), (1, 1))
+    CASES[f"resample_linear_{_d}"] = resampling(_d, "linear", (1, 1, 2.0, 1.5))
+    CASES[f"resample_nearest_{_d}"] = resampling(_d, "nearest", (1, 1, 0.5, 2.5))
+    CASES[f"reductions_{_d}"] = reductions(_d)
+for _d in ("int8", "uint16", "int32", "uint64", "int64"):
+    CASES[f"integers_{_d}"] = integer_chain(_d)
+CASES["movements_int8"] = movements("int8")
+CASES["movements_uint64"] = movements("uint64")
+CASES["one_hot_int64"] = one_hot("int64")
+CASES["one_hot_uint32"] = one_hot("uint32")
+CASES["pool2d_dilated_float32"] = pooling("float32", (2, 3), (1, 2), (1, 0), (2, 1))
+CASES["pool3d_float32"] = pooling("float32", (2, 2, 2), (2, 2, 2), (0, 0, 0))
+CASES["pool2d_int16"] = pooling("int16", (2, 2), (2, 1), (0, 1))
+CASES["resample_linear_uint8"] = resampling("uint8", "linear", (1, 1, 1.5, 0.75))
+CASES["resample_nearest_int8"] = resampling("int8", "nearest", (1, 1, 2.0, 2.0))
+CASES["resample_rank1_float32"] = resampling("float32", "linear", (1.75,))
+CASES["reductions_int32"] = reductions("int32")
+CASES["reductions_uint8"] = reductions("uint8")
+
+# Outputs computed by a sum of NaN-producing terms: a NaN must match a NaN, its payload is not
+# specified (SPEC.md §1.6).
+SUMMED = {"dx", "alone", "s02", "s1", "sall", "mean", "y", "yc"}
+# Outputs of transcendental functions: within SPEC-training §9.5's ulps of the reference (libm's
+# and the GPU's double exp/log may differ from NumPy's by an ulp before rounding to the dtype).
+TRANSCENDENTAL = {"sm", "lsm"}

@@ -1,0 +1,56 @@
+"""The cuda target's kernels on the CPU through the host harness, bit for bit with the reference.
+
+Every case of ``cuda_cases.py`` is optimized (so the anchored gradients run as fused groups
+with a prologue and an epilogue), lowered by the cuda target with ``runtime="host"`` -- the
+generated kernels compiled as C++ with ``-ffp-contract=off`` and run over their whole grid --
+and compared with the reference target: the same bits, NaN payloads of sums aside (SPEC.md
+§1.6). Together with ``test_cuda_nvrtc.py`` (NVRTC compiles the same sources) this is how CI
+checks the target without a GPU; ``benchmarks/gpu_smoke.sh`` runs the cases on the GPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradc
+from gradc.backends.cuda.emit import EMITTERS
+from gradc.backends.c.scalar import SCALAR
+
+from cuda_cases import CASES, SUMMED, TRANSCENDENTAL
+from helpers import assert_bits, compile_for, cuda_targets
+from test_elementwise_math_support import assert_ulps, ulps
+
+pytestmark = pytest.mark.skipif(not cuda_targets(), reason="no C++ compiler for the harness")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("target", cuda_targets())
+def test_case_matches_the_reference_bit_for_bit(name, target, tmp_path_factory):
+    g, feeds = CASES[name]()
+    want = gradc.compile(g, target="reference")(**feeds)
+    got = compile_for(g, target, cache_dir=str(tmp_path_factory.getbasetemp() / "cache"))(
+        **feeds)
+    assert set(got) == set(want)
+    for k in want:
+        if k in TRANSCENDENTAL:
+            assert_ulps(np.asarray(got[k]), want[k], ulps(want[k].dtype))
+        else:
+            assert_bits(np.asarray(got[k]), want[k], nan_payload=k not in SUMMED)
+
+
+def test_cases_cover_every_kernel_family():
+    """Each non-element-wise op of the target appears in some case (element-wise ops run in
+    the element-wise math tests, through the shared target list)."""
+    seen: set[str] = set()
+
+    def walk(g: gradc.Graph) -> None:
+        for n in g.nodes:
+            seen.add(n.op)
+            if n.body is not None:
+                walk(n.body)
+
+    for make in CASES.values():
+        walk(gradc.optimize(make()[0]).graph)
+    assert set(EMITTERS) - set(SCALAR) <= seen, sorted(set(EMITTERS) - set(SCALAR) - seen)
+    assert {"fused"} <= seen
