@@ -44,16 +44,16 @@ import gradc
 from gradc.cli import main as gradc_main
 from gradc.ir.ops import REGISTRY
 
+from gradc.backends.onnx import importer  # noqa: F401  (registers every folder)
+from gradc.backends.onnx.import_shape import FOLDERS
+if "gather" not in REGISTRY or "Trilu" not in FOLDERS:  # until both branches have landed
+    pytest.skip("needs gather (branch normgather) and the static folds of masks (branch "
+                "importer)", allow_module_level=True)
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("onnxscript")  # the dynamo exporter
-from gradc.backends.onnx import importer  # noqa: E402,F401  (registers every folder)
-from gradc.backends.onnx.import_shape import FOLDERS  # noqa: E402
-if "gather" not in REGISTRY or "Trilu" not in FOLDERS:  # until both branches have landed
-    pytest.skip("needs gather (branch normgather) and the static folds of masks (branch "
-                "importer)", allow_module_level=True)
 import transformer_check as tc  # noqa: E402  (needs torch)
 import transformer_models as tm  # noqa: E402
 
