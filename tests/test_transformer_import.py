@@ -33,7 +33,7 @@ from onnx import numpy_helper  # noqa: E402
 
 from onnx_import_helpers import cross_check, distinct, make  # noqa: E402
 from transformer_onnx_cases import (  # noqa: E402
-    K, MASK, Q, V, attention_model, causal_attention, masked_attention, needs_folds,
+    K, MASK, Q, V, attention_model, causal_attention, masked_attention,
 )
 
 F32 = np.float32
@@ -80,7 +80,6 @@ def test_attention_causal_default_scale_t_at_3():
 def test_attention_3d_grouped_query_with_softcap_agrees_with_onnxruntime():
     """3-D inputs with q_num_heads 4 and kv_num_heads 2 (K and V repeated), a float mask and
     softcap: forward against onnxruntime, gradients finite."""
-    needs_folds()
     rng = np.random.default_rng(5)
     f = lambda w: (TP.FLOAT, [2, 3, w])  # noqa: E731
     m = attention_model({"Q": f(8), "K": f(4), "V": f(4), "mask": (TP.FLOAT, [3, 3])}, ["Y"],
@@ -121,7 +120,6 @@ def test_attention_refusals_name_the_input_or_output(inputs, outputs, attrs, fie
 
 
 def test_attention_unread_optional_outputs_are_dropped():
-    needs_folds()
     f = (TP.FLOAT, [1, 1, 2, 2])
     m = attention_model({"Q": f, "K": f, "V": f, "mask": (TP.BOOL, [2, 2])},
                         ["Y", "", "", "qk"], scale=1.0, qk_matmul_output_mode=1)
@@ -249,6 +247,51 @@ def test_expand_of_a_float_initializer_keeps_it_a_parameter():
     out = gradc.compile(gg, target="reference")(x=distinct((2, 3, 2)),
                                                  grad_y=np.ones((2, 4, 2), F32))
     np.testing.assert_array_equal(out["grad_cls"], np.full((1, 1, 2), 2, F32))
+
+
+def test_gather_nd_with_known_indices_is_a_gather_with_its_gradient():
+    """GatherND of a computed value at known index pairs: gradc's gather on the flattened
+    value (onnxruntime agrees bit for bit); its gradient scatter-adds (a pair read twice gets
+    both cotangents)."""
+    idx = np.array([[0, 1], [1, -1], [0, 1]], np.int64)
+    m = make([oh.make_node("Relu", ["x"], ["r"]), oh.make_node("GatherND", ["r", "i"], ["y"])],
+             {"x": (F32, [2, 3, 2])}, {"y": F32}, {"i": idx})
+    x = np.arange(1, 13, dtype=F32).reshape(2, 3, 2)
+    cross_check(m, {"x": x})
+    g = gradc.grad(gradc.from_onnx(m), ["x"])
+    dy = np.array([[1, 2], [3, 4], [5, 6]], F32)
+    got = gradc.compile(g, target="reference")(x=x, grad_y=dy)["grad_x"]
+    want = np.zeros_like(x)
+    np.add.at(want, (idx[:, 0], idx[:, 1] % 3), dy)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("projection", ["transpose_matmul", "gemm_trans_b"])
+def test_tied_embedding_gradient_sums_the_gather_and_the_projection(projection):
+    """§28.4: one initializer read by Gather (the embedding) and by the output projection
+    (Transpose + MatMul, or Gemm with transB) is one parameter, whose gradient is the sum of
+    the two uses' gradients (each computed alone here by numpy)."""
+    rng = np.random.default_rng(3)
+    wte = rng.standard_normal((6, 4)).astype(F32)
+    ids = np.array([1, 4, 1], np.int64)
+    nodes = [oh.make_node("Gather", ["wte", "ids"], ["h"])]
+    if projection == "transpose_matmul":
+        nodes += [oh.make_node("Transpose", ["wte"], ["wt"], perm=[1, 0]),
+                  oh.make_node("MatMul", ["h", "wt"], ["logits"])]
+    else:
+        nodes += [oh.make_node("Gemm", ["h", "wte"], ["logits"], transB=1)]
+    m = make(nodes, {"ids": (np.int64, [3])}, {"logits": F32}, {"wte": wte})
+    g = gradc.from_onnx(m)
+    assert [p.name for p in g.parameters] == ["wte"]
+    dl = rng.standard_normal((3, 6)).astype(F32)
+    got = gradc.compile(gradc.grad(g, ["wte"]), target="reference")(
+        ids=ids, grad_logits=dl)["grad_wte"]
+    h = wte[ids].astype(np.float64)
+    projection_part = dl.T.astype(np.float64) @ h           # d(h @ wte^T)/d(wte)
+    embedding_part = np.zeros((6, 4))
+    np.add.at(embedding_part, ids, dl.astype(np.float64) @ wte.astype(np.float64))
+    np.testing.assert_allclose(got, projection_part + embedding_part, rtol=1e-6, atol=1e-6)
+    assert np.abs(embedding_part).max() > 0.1 and np.abs(projection_part).max() > 0.1
 
 
 # -- MatMul of any rank -------------------------------------------------------------------------

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pytest
 from onnx import TensorProto as TP
 from onnx import helper as oh
 
@@ -36,18 +35,8 @@ def attention_model(inputs: dict[str, tuple[int, list[Any]]], outputs: list[str]
     return m
 
 
-def needs_folds() -> None:
-    """Skip unless the importer folds Not, And and Mod of known values (ONNX Attention's body
-    computes its head counts so; the folds come with the importer branch's static chains)."""
-    from gradc.backends.onnx import importer  # noqa: F401  (registers every folder)
-    from gradc.backends.onnx.import_shape import FOLDERS
-    if not {"Not", "And", "Mod"} <= set(FOLDERS):
-        pytest.skip("needs the importer's folds of Not, And and Mod (branch importer)")
-
-
 def masked_attention() -> tuple[Any, dict[str, np.ndarray]]:
     """T-AT-3's first model: 4-D, scale 1, the bool mask of T-AT-1."""
-    needs_folds()
     f, b = (TP.FLOAT, [1, 1, 2, 2]), (TP.BOOL, [2, 2])
     m = attention_model({"Q": f, "K": f, "V": f, "mask": b}, ["Y"], scale=1.0)
     return m, {"Q": Q, "K": K, "V": V, "mask": MASK}
@@ -55,7 +44,6 @@ def masked_attention() -> tuple[Any, dict[str, np.ndarray]]:
 
 def causal_attention() -> tuple[Any, dict[str, np.ndarray]]:
     """T-AT-3's second model: is_causal 1, no mask, the default scale."""
-    needs_folds()
     f = (TP.FLOAT, [1, 1, 3, 2])
     m = attention_model({"Q": f, "K": f, "V": f}, ["Y"], is_causal=1)
     q = np.array([[1, 0], [0, 1], [1, 1]], F32).reshape(1, 1, 3, 2)
@@ -75,9 +63,6 @@ def cast_like_case() -> tuple[Any, dict[str, np.ndarray]]:
 def gather_nd_case() -> tuple[Any, dict[str, np.ndarray]]:
     """GatherND of a computed value at known index pairs (a padding mask picked per batch row
     and key, as transformers' masks export with the dynamo exporter)."""
-    from gradc.ir.ops import REGISTRY
-    if "gather" not in REGISTRY:
-        pytest.skip("needs the gather op (branch normgather)")
     idx = np.array([[[0, 1], [1, -1]], [[1, 0], [0, 2]]], np.int64)
     m = make([oh.make_node("Relu", ["x"], ["r"]), oh.make_node("GatherND", ["r", "i"], ["y"])],
              {"x": (F32, [2, 3, 2])}, {"y": F32}, {"i": idx})
