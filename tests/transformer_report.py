@@ -24,12 +24,14 @@ prints them all for the record (docs/transformers.md keeps a copy).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -44,9 +46,24 @@ STEPS, ORT_STEPS = 8, 3
 FORMS = ("ts", "dynamo", "dynamo23")
 
 
+@contextlib.contextmanager
+def _quiet_stdout() -> Iterator[None]:
+    """File descriptor 1 to /dev/null: the TorchScript exporter logs a whole graph from C++
+    when it fails."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 1)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
 def _make(name: str, form: str, dtype: Any) -> tc.Case:
     base, opset = ("dynamo", 23) if form == "dynamo23" else (form, None)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _quiet_stdout():
         warnings.simplefilter("ignore")
         return tc.make_case(name, base, dtype, False, opset)
 
