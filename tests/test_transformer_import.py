@@ -187,6 +187,18 @@ def test_split_to_sequence_without_known_size_slices_each_part():
     cross_check(m, {"x": distinct((2, 3, 6))})
 
 
+def test_split_to_sequence_with_a_huge_stated_size_builds_no_huge_split():
+    """A value_info that states 10**12 parts (no split input: parts of 1) makes no list of that
+    length: each reader slices its part, and the import takes the real (static) shape."""
+    m = _sequence_model(None, keepdims=0, positions=(0, 5), value_info=False)
+    m.graph.value_info.append(oh.make_tensor_value_info("r", TP.FLOAT, [2, 10**12, 3]))
+    g = gradc.from_onnx(m)
+    assert "slice" in {n.op for n in g.nodes} and "split" not in {n.op for n in g.nodes}
+    x = distinct((2, 6, 3))
+    out = gradc.compile(g, target="reference")(x=x)
+    np.testing.assert_array_equal(out["y1"], np.maximum(x, 0)[:, 5])
+
+
 def test_sequence_read_otherwise_is_refused():
     msg = refused(_sequence_model(2, extra_reader=True))
     assert "SplitToSequence 'sts': op SplitToSequence is not supported (gradc has no " \

@@ -28,6 +28,7 @@ from gradc.backends.onnx.import_rewrite import Rewriter, rewrite
 from gradc.backends.onnx.import_select import REFUSED
 
 _PARTS = "sequences"  # Rewriter.scratch key: sequence name -> its parts (a _Parts)
+MAX_PARTS = 4096  # a Split of more parts than this is never written (the readers slice)
 
 
 class _Parts:
@@ -89,6 +90,8 @@ def _plan(n: NodeProto, r: Rewriter) -> _Parts | None:
     if len(n.input) > 1 and n.input[1] and split is None:
         return None  # a computed split
     keep = split is not None or bool(attrs.get("keepdims", 1))
+    if size is not None and size > MAX_PARTS:
+        size = None  # a stated size this large: each reader slices its part (no huge lists)
     if split is None:
         parts = _Parts(n, axis, [1] * size if size else None, None, keep)
     elif np.asarray(split).ndim == 0:
