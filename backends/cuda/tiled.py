@@ -1,0 +1,406 @@
+"""Products in the canonical order: the tiled shared-memory kernel of gemm and convolution.
+
+``gemm.py`` and ``conv.py`` state each op as ``Z`` independent products (batch entries, groups)
+``OUT[z][m][n] = sum over kk of A(z, m, kk) * B(z, kk, n)`` whose ``kk`` runs, from 0 to
+``K - 1``, in the op's canonical order (SPEC-training.md §9.5-§11): k ascending for gemm, input
+channel then tap for a convolution, image then position for a filter gradient. ``B`` may skip
+terms (``Operand.at`` gives a validity: padding, taps that miss the input), which the reference
+skips rather than multiplying by 0. Every element starts from +0 in ``ACC`` and adds one rounded
+product with one rounded addition per term, written as two statements (NVRTC runs with
+``--fmad=false``, the host harness with ``-ffp-contract=off``), so the result is the reference's
+bits whatever the tiling.
+
+The tiled kernel (``emit_tiled``), one block of 256 threads per ``BM x BN`` tile of outputs:
+
+- ``K`` runs in chunks of ``BK``: the threads stage ``A``'s ``BM x BK`` and ``B``'s ``BK x BN``
+  chunk (widened to ``ACC``; neighbouring threads read neighbouring elements along the operand's
+  ``fast`` index, so the loads coalesce) into shared memory, double-buffered: the next chunk is
+  read into registers while the current one is multiplied, then stored, one barrier a chunk;
+- each thread keeps a ``TM x TN`` block of sums in registers and reads its ``A`` and ``B``
+  fragments with 8- or 16-byte shared loads; for each ``kk`` of the chunk in order it adds
+  ``A[i] * B[j]`` to sum ``(i, j)``: the order of every sum is ``kk`` ascending;
+- a skipped term is staged as ``B = 0``: a sum starts at +0 and an IEEE sum is -0 only when both
+  terms are, so it never is, and ``s + (+-0) = s``, provided the other factor is finite
+  (``inf * 0`` is NaN). The staging threads flag a chunk whose ``A`` holds a NaN or an infinity
+  (``gc_bad``), and the block multiplies that chunk with each term's validity instead (a mask
+  staged beside ``B``), as the reference skips. Terms past ``K`` are ``A = B = 0`` (+0 added);
+- the tile's results are stored by the op's epilogue (``Product.store``).
+
+The direct kernel (``emit_direct``, a thread per output element, its terms read from global
+memory in order, skipped terms not multiplied) serves products with a side of at most two rows
+(a depthwise convolution's groups, a matrix-vector product), where a tile would be mostly empty.
+
+Tile sizes are chosen per problem at compile time (shapes are static) by ``choose``: a small cost
+model of an H200 (132 SMs; FP32 add and multiply each at 128 lanes a clock per SM, FP64 at
+half) that trades the work per thread (``TM x TN`` sums per fragment read) against filling the
+SMs: large products get 128x128 tiles of 8x8 sums per thread, small ones down to 16x16 tiles of
+one sum per thread. The canonical order fixes each sum as a serial chain over ``K``, so a product
+with few outputs and a long ``K`` cannot use more threads than outputs (no split of ``K``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from gradc.backends.c.ctypes_map import CType
+from gradc.backends.c.scalar import widen
+from gradc.backends.c.writer import CWriter
+from gradc.backends.cuda.kernel import BLOCK, CudaKernel
+
+PAD = 4  # elements added to each shared row: staging stores along K spread over the banks
+SMS = 132  # the H200's multiprocessors (the cost model's only device facts are here)
+LANES = 128  # FP32 lanes per SM (FP64: half)
+REGS = 65536  # registers per SM
+SHARED = 227 * 1024  # shared memory per SM a kernel may use
+INT31 = (1 << 31) - 1
+
+Lines = list[str]
+
+
+@dataclass
+class Operand:
+    """One factor of the product, as a thread reaches its elements.
+
+    ``row(tag, r)`` declares what depends only on the operand's row ``r`` (``m`` for ``A``,
+    ``n`` for ``B``; a C expression) with names starting ``tag``, once per output tile;
+    ``at(tag, kk)`` gives the lines, offset and validity (None: always valid) of element
+    ``(r, kk)`` inside a block of its own. ``fast``: ``"k"`` when neighbouring ``kk`` are
+    neighbours in memory (the threads stage along K), ``"r"`` when neighbouring rows are.
+    """
+
+    ptr: str
+    t: CType
+    fast: str
+    row: Callable[[str, str], Lines]
+    at: Callable[[str, str], tuple[Lines, str, str | None]]
+    cost: float = 4.0  # integer instructions to find one element (the cost model's)
+
+
+@dataclass
+class Product:
+    """``Z`` products of ``M x N`` outputs, each a sum of ``K`` terms, and their epilogue.
+
+    ``setup()`` declares what depends on the problem index ``z`` (a C variable); ``store(m, n,
+    acc)`` the lines that finish and store output ``(m, n)`` from its sum ``acc``.
+    """
+
+    z: int
+    m: int
+    n: int
+    k: int
+    a: Operand
+    b: Operand
+    acc: str  # "float" or "double"
+    setup: Callable[[], Lines]
+    store: Callable[[str, str, str], Lines]
+    ix: str = "int"  # the index type: int, or int64_t when an index may pass 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Tile:
+    """``BM x BN`` outputs per block, ``BK`` terms per staged chunk, ``TM x TN`` per thread."""
+
+    bm: int
+    bn: int
+    bk: int
+    tm: int
+    tn: int
+
+    @property
+    def tx(self) -> int:
+        """Threads along N."""
+        return self.bn // self.tn
+
+    def __str__(self) -> str:
+        return f"{self.bm}x{self.bn}x{self.bk}/{self.tm}x{self.tn}"
+
+
+DIRECT = Tile(1, 1, 1, 1, 1)  # the direct kernel (a thread per output)
+GRIDS = ((16, 16), (8, 32), (32, 8), (4, 64), (64, 4))  # threads along (M, N): 256 each
+PER_THREAD = {"float": (1, 2, 4, 8), "double": (1, 2, 4)}
+
+
+def index_type(*counts: int) -> str:
+    """``int`` when every count (elements of an operand, outputs, ...) fits in 31 bits."""
+    return "int" if max(counts) <= INT31 else "int64_t"
+
+
+def tiles(acc: str) -> list[Tile]:
+    """Every tile shape the kernel takes for an accumulator type."""
+    out = []
+    for gy, gx in GRIDS:
+        for tm in PER_THREAD[acc]:
+            for tn in PER_THREAD[acc]:
+                bm, bn = gy * tm, gx * tn
+                if max(bm, bn) <= 128 and 1 / 4 <= tm / tn <= 4:
+                    bk = 8 if bm + bn >= 128 else 16 if bm + bn >= 64 else 32
+                    out.append(Tile(bm, bn, bk, tm, tn))
+    return out
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def cost(p: Product, t: Tile) -> float:
+    """Estimated clocks of the busiest SM (see the module docstring)."""
+    word = 2 if p.acc == "double" else 1
+    if t == DIRECT:
+        outs = p.z * p.m * p.n
+        per_sm = _cdiv(outs, SMS)
+        per_term = 2 * word + p.a.cost + p.b.cost + 6  # two global reads through L1
+        return _cdiv(per_sm, BLOCK) * p.k * max(8 * per_term / 4, per_term + 24)
+    blocks = p.z * _cdiv(p.m, t.bm) * _cdiv(p.n, t.bn)
+    regs = word * (t.tm * t.tn + t.tm + t.tn) + 48
+    shared = 2 * t.bk * (t.bm + t.bn + 2 * PAD) * 4 * word + 2 * t.bk * t.bn
+    occupancy = max(1, min(REGS // (BLOCK * regs), SHARED // shared, 8))
+    waves = _cdiv(blocks, SMS * occupancy)
+    resident = min(occupancy, _cdiv(blocks, SMS))
+    v = 4 // word
+    issue = (2 * word * t.tm * t.tn + (t.tm + t.tn) / v
+             + ((t.bm * (p.a.cost + 2) + t.bn * (p.b.cost + 3)) * t.bk / BLOCK + 40) / t.bk)
+    per_kk = max(resident * 8 * issue / 4, issue + 8)
+    return waves * _cdiv(p.k, t.bk) * t.bk * per_kk
+
+
+def choose(p: Product) -> Tile:
+    """The cheapest tile for a product (``DIRECT`` when a side has at most two rows)."""
+    if min(p.m, p.n) <= 2:
+        return DIRECT
+    return min(tiles(p.acc), key=lambda t: (cost(p, t), -t.bm * t.bn))
+
+
+def emit(k: CudaKernel, p: Product, tile: Tile | None = None) -> Tile:
+    """Write the kernel of ``p`` (tiled, or direct); returns the tile used."""
+    t = tile or choose(p)
+    if t == DIRECT:
+        emit_direct(k, p)
+    else:
+        emit_tiled(k, p, t)
+    return t
+
+
+# -- the direct kernel -------------------------------------------------------------------------
+
+def emit_direct(k: CudaKernel, p: Product) -> None:
+    """A thread per output element: its terms in order, skipped ones not multiplied."""
+    cw, ix, acc = k.code, p.ix, p.acc
+    with k.each(p.z * p.m * p.n, "e"):
+        cw.line(f"const {ix} z = ({ix})(e / {p.m * p.n});",
+                f"const {ix} m = ({ix})(e / {p.n} % {p.m});",
+                f"const {ix} n = ({ix})(e % {p.n});")
+        cw.line(*p.setup(), *p.a.row("ra", "m"), *p.b.row("rb", "n"), f"{acc} s = 0;")
+        with cw.block(f"for ({ix} kk = 0; kk < {p.k}; kk++)"):
+            la, oa, _ = p.a.at("ra", "kk")
+            lb, ob, vb = p.b.at("rb", "kk")
+            cw.line(*la, *lb)
+            with cw.block(f"if ({vb})" if vb else ""):
+                cw.line(f"const {acc} x = {widen(p.a.t, f'{p.a.ptr}[{oa}]')};",
+                        f"const {acc} y = {widen(p.b.t, f'{p.b.ptr}[{ob}]')};",
+                        f"const {acc} q = x * y;", "s = s + q;")
+        cw.line(*p.store("m", "n", "s"))
+
+
+# -- the tiled kernel --------------------------------------------------------------------------
+
+class _Staging:
+    """One operand's staging: slots of the chunk per thread, their rows and their kk."""
+
+    def __init__(self, name: str, op: Operand, rows: int, count: int, bk: int) -> None:
+        self.name, self.op, self.rows, self.count, self.bk = name, op, rows, count, bk
+        self.slots = _cdiv(rows * bk, BLOCK)
+        self.partial = (rows * bk) % BLOCK != 0
+
+    def positions(self, s: int) -> tuple[str, str]:
+        """C expressions (row in tile, kk in chunk) of slot ``s`` of thread ``tid``."""
+        idx = f"(tid + {BLOCK * s})" if s else "tid"
+        if self.op.fast == "k":
+            return f"{idx} / {self.bk}", f"{idx} % {self.bk}"
+        return f"{idx} % {self.rows}", f"{idx} / {self.rows}"
+
+    def declare(self, cw: CWriter, origin: str, ix: str) -> None:
+        """Per output tile: each slot's row, whether it is inside the problem, and the
+        operand's row values."""
+        for s in range(self.slots):
+            row, kk = self.positions(s)
+            tag = f"{self.name}{s}"
+            inside = f"{tag}_r < {self.count}"
+            if self.partial and s == self.slots - 1:
+                inside += f" && tid + {BLOCK * s} < {self.rows * self.bk}"
+            cw.line(f"const {ix} {tag}_r = {origin} + ({row});",
+                    f"const int {tag}_k = {kk};",
+                    f"const bool {tag}_in = {inside};",
+                    *self.op.row(tag, f"{tag}_r"))
+
+    def load(self, cw: CWriter, acc: str, k0: str, kcount: int, masked: bool,
+             check: bool, ix: str) -> None:
+        """Read the chunk at ``k0`` into registers ``<name>v<s>`` (and masks ``<name>m<s>``;
+        ``check``: flag a NaN or an infinity in ``bad``)."""
+        op = self.op
+        for s in range(self.slots):
+            tag = f"{self.name}{s}"
+            v = f"{self.name}v{s}"
+            cw.line(f"{v} = 0;")
+            if masked:
+                cw.line(f"{self.name}m{s} = 0;")
+            with cw.block():
+                cw.line(f"const {ix} kk = {k0} + {tag}_k;")
+                with cw.block(f"if ({tag}_in && kk < {kcount})"):
+                    lines, off, valid = op.at(tag, "kk")
+                    cw.line(*lines)
+                    value = widen(op.t, f"{op.ptr}[{off}]")
+                    if valid is None:
+                        cw.line(f"{v} = {value};")
+                    else:
+                        with cw.block(f"if ({valid})"):
+                            cw.line(f"{v} = {value};", f"{self.name}m{s} = 1;")
+            if check:
+                cw.line(f"bad |= !({v} - {v} == ({acc})0);")
+
+    def store(self, cw: CWriter, buf: str, masked: bool) -> None:
+        """Registers -> the shared chunk ``buf``."""
+        for s in range(self.slots):
+            row, kk = self.positions(s)
+            guard = f"if (tid + {BLOCK * s} < {self.rows * self.bk}) " \
+                if self.partial and s == self.slots - 1 else ""
+            cw.line(f"{guard}gc_{self.name}s[{buf}][{kk}][{row}] = {self.name}v{s};")
+            if masked:
+                cw.line(f"{guard}gc_{self.name}k[{buf}][{kk}][{row}] = {self.name}m{s};")
+
+
+def _fragments(t: Tile, word: int) -> tuple[int, int, int, int, int, int]:
+    """(VA, RA, SA, VB, RB, SB): vector width, vectors and their spacing of a thread's rows of
+    A and columns of B (rows ``ty*VA + v + r*SA``)."""
+    v = 4 // word
+    va, vb = min(v, t.tm), min(v, t.tn)
+    ra, rb = t.tm // va, t.tn // vb
+    return va, ra, t.bm // ra, vb, rb, t.bn // rb
+
+
+def emit_tiled(k: CudaKernel, p: Product, t: Tile) -> None:
+    """The tiled kernel (module docstring)."""
+    k.barrier = True
+    cw, ix, acc = k.code, p.ix, p.acc
+    word = 2 if acc == "double" else 1
+    masked = _masked(p)
+    va, ra, sa, vb, rb, sb = _fragments(t, word)
+    mt, nt = _cdiv(p.m, t.bm), _cdiv(p.n, t.bn)
+    count = p.z * mt * nt
+    chunks = _cdiv(p.k, t.bk)
+    sta = _Staging("a", p.a, t.bm, p.m, t.bk)
+    stb = _Staging("b", p.b, t.bn, p.n, t.bk)
+    k.work = min(count, 1 << 30) * BLOCK
+    cw.line(f"struct alignas({va * 4 * word}) gc_fa {{ {acc} v[{va}]; }};",
+            f"struct alignas({vb * 4 * word}) gc_fb {{ {acc} v[{vb}]; }};",
+            f"alignas(16) __shared__ {acc} gc_as[2][{t.bk}][{t.bm + PAD}];",
+            f"alignas(16) __shared__ {acc} gc_bs[2][{t.bk}][{t.bn + PAD}];")
+    if masked:
+        cw.line(f"__shared__ unsigned char gc_bk[2][{t.bk}][{t.bn}];",
+                "__shared__ int gc_bad[2];")
+    cw.line("const int tid = (int)threadIdx.x;",
+            f"const int tx = tid % {t.tx}, ty = tid / {t.tx};")
+    if masked:  # the chunk flags are compared with the staging count q (never stale)
+        cw.line("if (tid < 2) gc_bad[tid] = 0;", "__syncthreads();", "int q = 0;")
+    cw.line(*(f"{acc} av{s};" for s in range(sta.slots)),
+            *(f"{acc} bv{s};" for s in range(stb.slots)))
+    if masked:
+        cw.line(*(f"unsigned char bm{s};" for s in range(stb.slots)))
+    with cw.block(f"for ({ix} tile = blockIdx.x; tile < {count}; tile += gridDim.x)"):
+        cw.line(f"const {ix} z = tile / {mt * nt};",
+                f"const {ix} m0 = tile / {nt} % {mt} * {t.bm};",
+                f"const {ix} n0 = tile % {nt} * {t.bn};")
+        cw.line(*p.setup())
+        sta.declare(cw, "m0", ix)
+        stb.declare(cw, "n0", ix)
+        cw.line(f"{acc} c[{t.tm}][{t.tn}];")
+        _unrolled(cw, [f"i < {t.tm}", f"j < {t.tn}"], ["c[i][j] = 0;"])
+        _stage(cw, sta, stb, acc, "0", p.k, masked, ix, "0")
+        cw.line("__syncthreads();")
+        with cw.block(f"for (int kt = 0; kt < {chunks}; kt++)"):
+            cw.line("const int cur = kt & 1;", f"const bool more = kt + 1 < {chunks};")
+            if masked:
+                cw.line("bool bad = false;")
+            with cw.block("if (more)"):
+                _load(cw, sta, stb, acc, f"(kt + 1) * {t.bk}", p.k, masked, ix)
+            if masked:
+                with cw.block("if (gc_bad[cur] == q)"):
+                    _multiply(cw, t, acc, (va, ra, sa, vb, rb, sb), True)
+                with cw.orelse():
+                    _multiply(cw, t, acc, (va, ra, sa, vb, rb, sb), False)
+            else:
+                _multiply(cw, t, acc, (va, ra, sa, vb, rb, sb), False)
+            with cw.block("if (more)"):
+                _store(cw, sta, stb, "cur ^ 1", masked)
+            cw.line("__syncthreads();")
+        _epilogue(cw, p, t, ix, (va, ra, sa, vb, rb, sb))
+
+
+def _masked(p: Product) -> bool:
+    """True when B skips terms (probed with a dummy row)."""
+    return p.b.at("x", "kk")[2] is not None
+
+
+def _load(cw: CWriter, sta: _Staging, stb: _Staging, acc: str, k0: str, kcount: int,
+          masked: bool, ix: str) -> None:
+    sta.load(cw, acc, k0, kcount, False, masked, ix)
+    stb.load(cw, acc, k0, kcount, masked, False, ix)
+
+
+def _store(cw: CWriter, sta: _Staging, stb: _Staging, buf: str, masked: bool) -> None:
+    sta.store(cw, buf, False)
+    stb.store(cw, buf, masked)
+    if masked:  # the chunk's flag: this staging's number, from any thread that saw a non-finite
+        cw.line("q++;", f"if (bad) gc_bad[{buf}] = q;")
+
+
+def _stage(cw: CWriter, sta: _Staging, stb: _Staging, acc: str, k0: str, kcount: int,
+           masked: bool, ix: str, buf: str) -> None:
+    """Load and store the first chunk (its own scope: ``bad`` is the chunk's)."""
+    with cw.block():
+        if masked:
+            cw.line("bool bad = false;")
+        _load(cw, sta, stb, acc, k0, kcount, masked, ix)
+        _store(cw, sta, stb, buf, masked)
+
+
+def _unrolled(cw: CWriter, conds: Sequence[str], body: Lines) -> None:
+    """Fully unrolled loops ``for (int i = 0; <cond>; i++)`` around ``body``."""
+    def nest(level: int) -> None:
+        if level == len(conds):
+            cw.line(*body)
+            return
+        var = conds[level].split()[0]
+        cw.line("#pragma unroll")
+        with cw.block(f"for (int {var} = 0; {conds[level]}; {var}++)"):
+            nest(level + 1)
+    nest(0)
+
+
+def _multiply(cw: CWriter, t: Tile, acc: str, frag: tuple[int, ...], masked: bool) -> None:
+    """The chunk's terms, kk ascending: each thread's ``TM x TN`` sums, one product and one
+    addition each (``masked``: only the terms whose mask is set)."""
+    va, ra, sa, vb, rb, sb = frag
+    cw.line("#pragma unroll")
+    with cw.block(f"for (int kk = 0; kk < {t.bk}; kk++)"):
+        cw.line(f"gc_fa fa[{ra}];", f"gc_fb fb[{rb}];")
+        _unrolled(cw, [f"r < {ra}"],
+                  [f"fa[r] = *(const gc_fa *)&gc_as[cur][kk][ty * {va} + r * {sa}];"])
+        _unrolled(cw, [f"r < {rb}"],
+                  [f"fb[r] = *(const gc_fb *)&gc_bs[cur][kk][tx * {vb} + r * {sb}];"])
+        term = [f"const {acc} x = fa[i / {va}].v[i % {va}] * fb[j / {vb}].v[j % {vb}];",
+                "c[i][j] = c[i][j] + x;"]
+        if masked:
+            term = [f"if (gc_bk[cur][kk][tx * {vb} + j % {vb} + j / {vb} * {sb}])", "{",
+                    *("  " + x for x in term), "}"]
+        _unrolled(cw, [f"i < {t.tm}", f"j < {t.tn}"], term)
+
+
+def _epilogue(cw: CWriter, p: Product, t: Tile, ix: str, frag: tuple[int, ...]) -> None:
+    """Each thread's outputs inside the problem, through the op's store."""
+    va, ra, sa, vb, rb, sb = frag
+    body = [f"const {ix} m = m0 + ty * {va} + i % {va} + i / {va} * {sa};",
+            f"const {ix} n = n0 + tx * {vb} + j % {vb} + j / {vb} * {sb};",
+            f"if (m < {p.m} && n < {p.n})", "{",
+            *("  " + x for x in p.store("m", "n", "c[i][j]")), "}"]
+    _unrolled(cw, [f"i < {t.tm}", f"j < {t.tn}"], body)
