@@ -156,19 +156,30 @@ def cost(p: Product, t: Tile) -> float:
     shared = 2 * t.bk * (t.bm + t.bn + 2 * PAD) * 4 * word + 2 * t.bk * t.bn
     occupancy = max(1, min(REGS // (BLOCK * regs), SHARED // shared, 8))
     waves = _cdiv(blocks, SMS * occupancy)
-    resident = min(occupancy, _cdiv(blocks, SMS))
-    v = 4 // word
-    issue = (2 * word * t.tm * t.tn + (t.tm + t.tn) / v
+    warps = min(occupancy, _cdiv(blocks, SMS)) * BLOCK // 32  # on the busiest SM
+    va, ra, _, vb, rb, _ = _fragments(t, word)
+    # shared-memory wavefronts (128 bytes each) of one warp's fragment reads per kk: the
+    # threads of a warp with one ty (tx) read one A (B) fragment
+    gx = t.tx
+    wf = (ra * max(1.0, max(1, 32 // gx) * va * 4 * word / 128)
+          + rb * max(1.0, min(32, gx) * vb * 4 * word / 128))
+    fp = 2 * t.tm * t.tn  # warp instructions a kk (FP64 issues at half the rate)
+    instr = (fp + ra + rb
              + ((t.bm * (p.a.cost + 2) + t.bn * (p.b.cost + 3)) * t.bk / BLOCK + 40) / t.bk)
-    per_kk = max(resident * 8 * issue / 4, issue + 8)
+    per_kk = max(warps * (fp * word + instr - fp) / 4, warps * wf, instr + 4)
     return waves * _cdiv(p.k, t.bk) * t.bk * per_kk
 
 
 def choose(p: Product) -> Tile:
-    """The cheapest tile for a product (``DIRECT`` when a side has at most two rows)."""
+    """The cheapest tile for a product (``DIRECT`` when a side has at most two rows); of tiles
+    that cost about the same, the one that computes fewer outputs past the edges."""
     if min(p.m, p.n) <= 2:
         return DIRECT
-    return min(tiles(p.acc), key=lambda t: (cost(p, t), -t.bm * t.bn))
+
+    def key(t: Tile) -> float:
+        padded = _cdiv(p.m, t.bm) * t.bm * _cdiv(p.n, t.bn) * t.bn
+        return cost(p, t) * (1.2 - 0.2 * p.m * p.n / padded)
+    return min(tiles(p.acc), key=key)
 
 
 def emit(k: CudaKernel, p: Product, tile: Tile | None = None) -> Tile:
