@@ -113,6 +113,8 @@ class Tile:
         return self.bn // self.tn
 
     def __str__(self) -> str:
+        if self.bk == 1:
+            return "direct"
         return f"{self.bm}x{self.bn}x{self.bk}/{self.tm}x{self.tn}"
 
 
@@ -185,6 +187,7 @@ def choose(p: Product) -> Tile:
 def emit(k: CudaKernel, p: Product, tile: Tile | None = None) -> Tile:
     """Write the kernel of ``p`` (tiled, or direct); returns the tile used."""
     t = tile or choose(p)
+    k.code.comment(f"{p.z} x ({p.m} x {p.n}) sums of {p.k} terms; tile {t}")
     if t == DIRECT:
         emit_direct(k, p)
     else:
