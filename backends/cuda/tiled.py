@@ -124,8 +124,9 @@ PER_THREAD = {"float": (1, 2, 4, 8), "double": (1, 2, 4)}
 
 
 def index_type(*counts: int) -> str:
-    """``int`` when every count (elements of an operand, outputs, ...) fits in 31 bits."""
-    return "int" if max(counts) <= INT31 else "int64_t"
+    """``int`` when every count (elements of an operand, outputs, ...) fits in 31 bits with room
+    to spare (rows past the last tile's edge form offsets a little past an operand's end)."""
+    return "int" if 2 * max(counts) + (1 << 20) <= INT31 else "int64_t"
 
 
 def tiles(acc: str) -> list[Tile]:
@@ -136,7 +137,8 @@ def tiles(acc: str) -> list[Tile]:
             for tn in PER_THREAD[acc]:
                 bm, bn = gy * tm, gx * tn
                 if max(bm, bn) <= 128 and 1 / 4 <= tm / tn <= 4:
-                    bk = 8 if bm + bn >= 128 else 16 if bm + bn >= 64 else 32
+                    s = bm + bn
+                    bk = 8 if s >= 128 else 16 if s >= 64 else 32 if s >= 48 else 64
                     out.append(Tile(bm, bn, bk, tm, tn))
     return out
 
@@ -159,14 +161,16 @@ def cost(p: Product, t: Tile) -> float:
     occupancy = max(1, min(REGS // (BLOCK * regs), SHARED // shared, 8))
     waves = _cdiv(blocks, SMS * occupancy)
     warps = min(occupancy, _cdiv(blocks, SMS)) * BLOCK // 32  # on the busiest SM
-    va, ra, _, vb, rb, _ = _fragments(t, word)
-    # shared-memory wavefronts (128 bytes each) of one warp's fragment reads per kk: the
-    # threads of a warp with one ty (tx) read one A (B) fragment
-    gx = t.tx
-    wf = (ra * max(1.0, max(1, 32 // gx) * va * 4 * word / 128)
-          + rb * max(1.0, min(32, gx) * vb * 4 * word / 128))
+    # shared loads of one warp per kk and their wavefronts (128 bytes each): a warp's threads
+    # share a row of A per ty and of B per tx
+    loads = wf = 0.0
+    for n, rows, nd in ((t.tm, t.bm, max(1, 32 // t.tx)), (t.tn, t.bn, min(32, t.tx))):
+        f = _Frag("a", rows, n, "", p.acc, t.bk)
+        each = f.r if f.kmajor else n / f.v
+        loads += each
+        wf += each * max(1.0, nd * 16 / 128)
     fp = 2 * t.tm * t.tn  # warp instructions a kk (FP64 issues at half the rate)
-    instr = (fp + ra + rb
+    instr = (fp + loads
              + ((t.bm * (p.a.cost + 2) + t.bn * (p.b.cost + 3)) * t.bk / BLOCK + 40) / t.bk)
     per_kk = max(warps * (fp * word + instr - fp) / 4, warps * wf, instr + 4)
     return waves * _cdiv(p.k, t.bk) * t.bk * per_kk
@@ -218,13 +222,72 @@ def emit_direct(k: CudaKernel, p: Product) -> None:
 
 # -- the tiled kernel --------------------------------------------------------------------------
 
+class _Frag:
+    """One operand's part of the tile: its chunk in shared memory and a thread's ``n`` rows
+    (``TM`` of A, ``TN`` of B) of the tile's ``rows``, the thread's index being ``var``.
+
+    Where ``n`` rows fill 16 bytes, the chunk is stored kk-major (``[kk][row]``) and a thread
+    reads its rows at each kk as 16-byte vectors (rows ``var*V + v + r*S``); with fewer rows it
+    is stored row-major (``[row][kk]``) and a thread reads 16 bytes of consecutive kk of each
+    of its rows (``var + i * rows / n``) once per group of kk. Either way one shared load gives
+    four floats (two doubles)."""
+
+    def __init__(self, side: str, rows: int, n: int, var: str, acc: str, bk: int) -> None:
+        self.side, self.rows, self.n, self.var, self.acc, self.bk = side, rows, n, var, acc, bk
+        self.v = 2 if acc == "double" else 4  # elements per 16-byte vector
+        self.kmajor = n >= self.v
+        self.r = n // self.v if self.kmajor else n  # vectors read per kk (per group)
+        self.s = rows // self.r if self.kmajor else 0
+        self.name, self.vec = f"gc_{side}s", f"gc_v{side}"
+
+    def declarations(self) -> Lines:
+        """The vector type and the two shared chunks."""
+        dims = (f"[{self.bk}][{self.rows + PAD}]" if self.kmajor
+                else f"[{self.rows}][{self.bk + PAD}]")
+        return [f"struct alignas(16) {self.vec} {{ {self.acc} v[{self.v}]; }};",
+                f"alignas(16) __shared__ {self.acc} {self.name}[2]{dims};"]
+
+    def cell(self, buf: str, kk: str, row: str) -> str:
+        """The shared element of (kk, row in the tile)."""
+        return f"{self.name}[{buf}][{kk}][{row}]" if self.kmajor else \
+            f"{self.name}[{buf}][{row}][{kk}]"
+
+    def row(self, i: str) -> str:
+        """The tile row of the thread's i-th row."""
+        if self.kmajor:
+            return f"{self.var} * {self.v} + {i} % {self.v} + {i} / {self.v} * {self.s}"
+        return f"{self.var} + {i} * {self.rows // self.n}"
+
+    def group(self, cw: CWriter, k0: str) -> None:
+        """Row-major: the thread's vectors of the group of kk at ``k0``."""
+        if not self.kmajor:
+            cw.line(f"{self.vec} g{self.side}[{self.n}];")
+            _unrolled(cw, [f"i < {self.n}"], [
+                f"g{self.side}[i] = *(const {self.vec} *)&{self.cell('cur', k0, self.row('i'))};"])
+
+    def step(self, cw: CWriter, kk: str) -> None:
+        """Kk-major: the thread's vectors at ``kk``."""
+        if self.kmajor:
+            cw.line(f"{self.vec} f{self.side}[{self.r}];")
+            at = f"{self.var} * {self.v} + r * {self.s}"
+            _unrolled(cw, [f"r < {self.r}"], [
+                f"f{self.side}[r] = *(const {self.vec} *)&{self.name}[cur][{kk}][{at}];"])
+
+    def value(self, i: str, kq: str) -> str:
+        """The thread's i-th row at the kq-th kk of the group."""
+        if self.kmajor:
+            return f"f{self.side}[{i} / {self.v}].v[{i} % {self.v}]"
+        return f"g{self.side}[{i}].v[{kq}]"
+
+
 class _Staging:
     """One operand's staging: slots of the chunk per thread, their rows and their kk."""
 
-    def __init__(self, name: str, op: Operand, rows: int, count: int, bk: int) -> None:
-        self.name, self.op, self.rows, self.count, self.bk = name, op, rows, count, bk
-        self.slots = _cdiv(rows * bk, BLOCK)
-        self.partial = (rows * bk) % BLOCK != 0
+    def __init__(self, name: str, op: Operand, frag: _Frag, count: int) -> None:
+        self.name, self.op, self.frag, self.count = name, op, frag, count
+        self.rows, self.bk = frag.rows, frag.bk
+        self.slots = _cdiv(self.rows * self.bk, BLOCK)
+        self.partial = (self.rows * self.bk) % BLOCK != 0
 
     def positions(self, s: int) -> tuple[str, str]:
         """C expressions (row in tile, kk in chunk) of slot ``s`` of thread ``tid``."""
@@ -278,37 +341,24 @@ class _Staging:
             row, kk = self.positions(s)
             guard = f"if (tid + {BLOCK * s} < {self.rows * self.bk}) " \
                 if self.partial and s == self.slots - 1 else ""
-            cw.line(f"{guard}gc_{self.name}s[{buf}][{kk}][{row}] = {self.name}v{s};")
+            cw.line(f"{guard}{self.frag.cell(buf, kk, row)} = {self.name}v{s};")
             if masked:
                 cw.line(f"{guard}gc_{self.name}k[{buf}][{kk}][{row}] = {self.name}m{s};")
-
-
-def _fragments(t: Tile, word: int) -> tuple[int, int, int, int, int, int]:
-    """(VA, RA, SA, VB, RB, SB): vector width, vectors and their spacing of a thread's rows of
-    A and columns of B (rows ``ty*VA + v + r*SA``)."""
-    v = 4 // word
-    va, vb = min(v, t.tm), min(v, t.tn)
-    ra, rb = t.tm // va, t.tn // vb
-    return va, ra, t.bm // ra, vb, rb, t.bn // rb
 
 
 def emit_tiled(k: CudaKernel, p: Product, t: Tile) -> None:
     """The tiled kernel (module docstring)."""
     k.barrier = True
     cw, ix, acc = k.code, p.ix, p.acc
-    word = 2 if acc == "double" else 1
     masked = _masked(p)
-    va, ra, sa, vb, rb, sb = _fragments(t, word)
+    fa = _Frag("a", t.bm, t.tm, "ty", acc, t.bk)
+    fb = _Frag("b", t.bn, t.tn, "tx", acc, t.bk)
     mt, nt = _cdiv(p.m, t.bm), _cdiv(p.n, t.bn)
     count = p.z * mt * nt
     chunks = _cdiv(p.k, t.bk)
-    sta = _Staging("a", p.a, t.bm, p.m, t.bk)
-    stb = _Staging("b", p.b, t.bn, p.n, t.bk)
+    sta, stb = _Staging("a", p.a, fa, p.m), _Staging("b", p.b, fb, p.n)
     k.work = min(count, 1 << 30) * BLOCK
-    cw.line(f"struct alignas({va * 4 * word}) gc_fa {{ {acc} v[{va}]; }};",
-            f"struct alignas({vb * 4 * word}) gc_fb {{ {acc} v[{vb}]; }};",
-            f"alignas(16) __shared__ {acc} gc_as[2][{t.bk}][{t.bm + PAD}];",
-            f"alignas(16) __shared__ {acc} gc_bs[2][{t.bk}][{t.bn + PAD}];")
+    cw.line(*fa.declarations(), *fb.declarations())
     if masked:
         cw.line(f"__shared__ unsigned char gc_bk[2][{t.bk}][{t.bn}];",
                 "__shared__ int gc_bad[2];")
@@ -339,15 +389,18 @@ def emit_tiled(k: CudaKernel, p: Product, t: Tile) -> None:
                 _load(cw, sta, stb, acc, f"(kt + 1) * {t.bk}", p.k, masked, ix)
             if masked:
                 with cw.block("if (gc_bad[cur] == q)"):
-                    _multiply(cw, t, acc, (va, ra, sa, vb, rb, sb), True)
+                    _multiply(cw, t, fa, fb, True)
                 with cw.orelse():
-                    _multiply(cw, t, acc, (va, ra, sa, vb, rb, sb), False)
+                    _multiply(cw, t, fa, fb, False)
             else:
-                _multiply(cw, t, acc, (va, ra, sa, vb, rb, sb), False)
+                _multiply(cw, t, fa, fb, False)
             with cw.block("if (more)"):
                 _store(cw, sta, stb, "cur ^ 1", masked)
             cw.line("__syncthreads();")
-        _epilogue(cw, p, t, ix, (va, ra, sa, vb, rb, sb))
+        body = [f"const {ix} m = m0 + {fa.row('i')};", f"const {ix} n = n0 + {fb.row('j')};",
+                f"if (m < {p.m} && n < {p.n})", "{",
+                *("  " + x for x in p.store("m", "n", "c[i][j]")), "}"]
+        _unrolled(cw, [f"i < {t.tm}", f"j < {t.tn}"], body)
 
 
 def _masked(p: Product) -> bool:
@@ -391,30 +444,21 @@ def _unrolled(cw: CWriter, conds: Sequence[str], body: Lines) -> None:
     nest(0)
 
 
-def _multiply(cw: CWriter, t: Tile, acc: str, frag: tuple[int, ...], masked: bool) -> None:
-    """The chunk's terms, kk ascending: each thread's ``TM x TN`` sums, one product and one
-    addition each (``masked``: only the terms whose mask is set)."""
-    va, ra, sa, vb, rb, sb = frag
+def _multiply(cw: CWriter, t: Tile, fa: _Frag, fb: _Frag, masked: bool) -> None:
+    """The chunk's terms, kk ascending, in groups of one vector's kk: each thread's ``TM x TN``
+    sums, one product and one addition each (``masked``: only the terms whose mask is set)."""
+    g = fa.v
     cw.line("#pragma unroll")
-    with cw.block(f"for (int kk = 0; kk < {t.bk}; kk++)"):
-        cw.line(f"gc_fa fa[{ra}];", f"gc_fb fb[{rb}];")
-        _unrolled(cw, [f"r < {ra}"],
-                  [f"fa[r] = *(const gc_fa *)&gc_as[cur][kk][ty * {va} + r * {sa}];"])
-        _unrolled(cw, [f"r < {rb}"],
-                  [f"fb[r] = *(const gc_fb *)&gc_bs[cur][kk][tx * {vb} + r * {sb}];"])
-        term = [f"const {acc} x = fa[i / {va}].v[i % {va}] * fb[j / {vb}].v[j % {vb}];",
-                "c[i][j] = c[i][j] + x;"]
-        if masked:
-            term = [f"if (gc_bk[cur][kk][tx * {vb} + j % {vb} + j / {vb} * {sb}])", "{",
-                    *("  " + x for x in term), "}"]
-        _unrolled(cw, [f"i < {t.tm}", f"j < {t.tn}"], term)
-
-
-def _epilogue(cw: CWriter, p: Product, t: Tile, ix: str, frag: tuple[int, ...]) -> None:
-    """Each thread's outputs inside the problem, through the op's store."""
-    va, ra, sa, vb, rb, sb = frag
-    body = [f"const {ix} m = m0 + ty * {va} + i % {va} + i / {va} * {sa};",
-            f"const {ix} n = n0 + tx * {vb} + j % {vb} + j / {vb} * {sb};",
-            f"if (m < {p.m} && n < {p.n})", "{",
-            *("  " + x for x in p.store("m", "n", "c[i][j]")), "}"]
-    _unrolled(cw, [f"i < {t.tm}", f"j < {t.tn}"], body)
+    with cw.block(f"for (int k0 = 0; k0 < {t.bk}; k0 += {g})"):
+        fa.group(cw, "k0")
+        fb.group(cw, "k0")
+        cw.line("#pragma unroll")
+        with cw.block(f"for (int kq = 0; kq < {g}; kq++)"):
+            fa.step(cw, "k0 + kq")
+            fb.step(cw, "k0 + kq")
+            term = [f"const {fa.acc} x = {fa.value('i', 'kq')} * {fb.value('j', 'kq')};",
+                    "c[i][j] = c[i][j] + x;"]
+            if masked:
+                term = [f"if (gc_bk[cur][k0 + kq][{fb.row('j')}])", "{",
+                        *("  " + x for x in term), "}"]
+            _unrolled(cw, [f"i < {t.tm}", f"j < {t.tn}"], term)

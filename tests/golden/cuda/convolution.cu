@@ -21,10 +21,10 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
   const uint16_t *__restrict__ p3 = (const uint16_t *)(gc_arena + 5120);
   (void)gc_arena;
   /* 1 x (16 x 50) sums of 72 terms; tile 64x4x16/1x1 */
-  struct alignas(4) gc_fa { float v[1]; };
-  struct alignas(4) gc_fb { float v[1]; };
-  alignas(16) __shared__ float gc_as[2][16][68];
-  alignas(16) __shared__ float gc_bs[2][16][8];
+  struct alignas(16) gc_va { float v[4]; };
+  alignas(16) __shared__ float gc_as[2][64][20];
+  struct alignas(16) gc_vb { float v[4]; };
+  alignas(16) __shared__ float gc_bs[2][4][20];
   __shared__ unsigned char gc_bk[2][16][4];
   __shared__ int gc_bad[2];
   const int tid = (int)threadIdx.x;
@@ -121,11 +121,11 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
           }
         }
       }
-      gc_as[0][tid % 16][tid / 16] = av0;
-      gc_as[0][(tid + 256) % 16][(tid + 256) / 16] = av1;
-      gc_as[0][(tid + 512) % 16][(tid + 512) / 16] = av2;
-      gc_as[0][(tid + 768) % 16][(tid + 768) / 16] = av3;
-      if (tid + 0 < 64) gc_bs[0][tid / 4][tid % 4] = bv0;
+      gc_as[0][tid / 16][tid % 16] = av0;
+      gc_as[0][(tid + 256) / 16][(tid + 256) % 16] = av1;
+      gc_as[0][(tid + 512) / 16][(tid + 512) % 16] = av2;
+      gc_as[0][(tid + 768) / 16][(tid + 768) % 16] = av3;
+      if (tid + 0 < 64) gc_bs[0][tid % 4][tid / 4] = bv0;
       if (tid + 0 < 64) gc_bk[0][tid / 4][tid % 4] = bm0;
       q++;
       if (bad) gc_bad[0] = q;
@@ -186,58 +186,64 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
       }
       if (gc_bad[cur] == q) {
         #pragma unroll
-        for (int kk = 0; kk < 16; kk++) {
-          gc_fa fa[1];
-          gc_fb fb[1];
-          #pragma unroll
-          for (int r = 0; r < 1; r++) {
-            fa[r] = *(const gc_fa *)&gc_as[cur][kk][ty * 1 + r * 64];
-          }
-          #pragma unroll
-          for (int r = 0; r < 1; r++) {
-            fb[r] = *(const gc_fb *)&gc_bs[cur][kk][tx * 1 + r * 4];
-          }
+        for (int k0 = 0; k0 < 16; k0 += 4) {
+          gc_va ga[1];
           #pragma unroll
           for (int i = 0; i < 1; i++) {
+            ga[i] = *(const gc_va *)&gc_as[cur][ty + i * 64][k0];
+          }
+          gc_vb gb[1];
+          #pragma unroll
+          for (int i = 0; i < 1; i++) {
+            gb[i] = *(const gc_vb *)&gc_bs[cur][tx + i * 4][k0];
+          }
+          #pragma unroll
+          for (int kq = 0; kq < 4; kq++) {
             #pragma unroll
-            for (int j = 0; j < 1; j++) {
-              if (gc_bk[cur][kk][tx * 1 + j % 1 + j / 1 * 4])
-              {
-                const float x = fa[i / 1].v[i % 1] * fb[j / 1].v[j % 1];
-                c[i][j] = c[i][j] + x;
+            for (int i = 0; i < 1; i++) {
+              #pragma unroll
+              for (int j = 0; j < 1; j++) {
+                if (gc_bk[cur][k0 + kq][tx + j * 4])
+                {
+                  const float x = ga[i].v[kq] * gb[j].v[kq];
+                  c[i][j] = c[i][j] + x;
+                }
               }
             }
           }
         }
       } else {
         #pragma unroll
-        for (int kk = 0; kk < 16; kk++) {
-          gc_fa fa[1];
-          gc_fb fb[1];
-          #pragma unroll
-          for (int r = 0; r < 1; r++) {
-            fa[r] = *(const gc_fa *)&gc_as[cur][kk][ty * 1 + r * 64];
-          }
-          #pragma unroll
-          for (int r = 0; r < 1; r++) {
-            fb[r] = *(const gc_fb *)&gc_bs[cur][kk][tx * 1 + r * 4];
-          }
+        for (int k0 = 0; k0 < 16; k0 += 4) {
+          gc_va ga[1];
           #pragma unroll
           for (int i = 0; i < 1; i++) {
+            ga[i] = *(const gc_va *)&gc_as[cur][ty + i * 64][k0];
+          }
+          gc_vb gb[1];
+          #pragma unroll
+          for (int i = 0; i < 1; i++) {
+            gb[i] = *(const gc_vb *)&gc_bs[cur][tx + i * 4][k0];
+          }
+          #pragma unroll
+          for (int kq = 0; kq < 4; kq++) {
             #pragma unroll
-            for (int j = 0; j < 1; j++) {
-              const float x = fa[i / 1].v[i % 1] * fb[j / 1].v[j % 1];
-              c[i][j] = c[i][j] + x;
+            for (int i = 0; i < 1; i++) {
+              #pragma unroll
+              for (int j = 0; j < 1; j++) {
+                const float x = ga[i].v[kq] * gb[j].v[kq];
+                c[i][j] = c[i][j] + x;
+              }
             }
           }
         }
       }
       if (more) {
-        gc_as[cur ^ 1][tid % 16][tid / 16] = av0;
-        gc_as[cur ^ 1][(tid + 256) % 16][(tid + 256) / 16] = av1;
-        gc_as[cur ^ 1][(tid + 512) % 16][(tid + 512) / 16] = av2;
-        gc_as[cur ^ 1][(tid + 768) % 16][(tid + 768) / 16] = av3;
-        if (tid + 0 < 64) gc_bs[cur ^ 1][tid / 4][tid % 4] = bv0;
+        gc_as[cur ^ 1][tid / 16][tid % 16] = av0;
+        gc_as[cur ^ 1][(tid + 256) / 16][(tid + 256) % 16] = av1;
+        gc_as[cur ^ 1][(tid + 512) / 16][(tid + 512) % 16] = av2;
+        gc_as[cur ^ 1][(tid + 768) / 16][(tid + 768) % 16] = av3;
+        if (tid + 0 < 64) gc_bs[cur ^ 1][tid % 4][tid / 4] = bv0;
         if (tid + 0 < 64) gc_bk[cur ^ 1][tid / 4][tid % 4] = bm0;
         q++;
         if (bad) gc_bad[cur ^ 1] = q;
@@ -248,8 +254,8 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
     for (int i = 0; i < 1; i++) {
       #pragma unroll
       for (int j = 0; j < 1; j++) {
-        const int m = m0 + ty * 1 + i % 1 + i / 1 * 64;
-        const int n = n0 + tx * 1 + j % 1 + j / 1 * 4;
+        const int m = m0 + ty + i * 64;
+        const int n = n0 + tx + j * 4;
         if (m < 16 && n < 50)
         {
           {
@@ -269,12 +275,12 @@ GC_KERNEL k1(char *__restrict__ gc_arena) {
   const uint16_t *__restrict__ p1 = (const uint16_t *)(gc_arena + 0);
   const uint16_t *__restrict__ p2 = (const uint16_t *)(gc_arena + 5376);
   (void)gc_arena;
-  /* 1 x (16 x 72) sums of 50 terms; tile 16x16x32/1x1 */
-  struct alignas(4) gc_fa { float v[1]; };
-  struct alignas(4) gc_fb { float v[1]; };
-  alignas(16) __shared__ float gc_as[2][32][20];
-  alignas(16) __shared__ float gc_bs[2][32][20];
-  __shared__ unsigned char gc_bk[2][32][16];
+  /* 1 x (16 x 72) sums of 50 terms; tile 16x16x64/1x1 */
+  struct alignas(16) gc_va { float v[4]; };
+  alignas(16) __shared__ float gc_as[2][16][68];
+  struct alignas(16) gc_vb { float v[4]; };
+  alignas(16) __shared__ float gc_bs[2][16][68];
+  __shared__ unsigned char gc_bk[2][64][16];
   __shared__ int gc_bad[2];
   const int tid = (int)threadIdx.x;
   const int tx = tid % 16, ty = tid / 16;
@@ -283,34 +289,60 @@ GC_KERNEL k1(char *__restrict__ gc_arena) {
   int q = 0;
   float av0;
   float av1;
+  float av2;
+  float av3;
   float bv0;
   float bv1;
+  float bv2;
+  float bv3;
   unsigned char bm0;
   unsigned char bm1;
+  unsigned char bm2;
+  unsigned char bm3;
   for (int tile = blockIdx.x; tile < 5; tile += gridDim.x) {
     const int z = tile / 5;
     const int m0 = tile / 5 % 1 * 16;
     const int n0 = tile % 5 * 16;
-    const int a0_r = m0 + (tid / 32);
-    const int a0_k = tid % 32;
+    const int a0_r = m0 + (tid / 64);
+    const int a0_k = tid % 64;
     const bool a0_in = a0_r < 16;
     const int a0_i = ((int)z * 16 + a0_r) * 25;
-    const int a1_r = m0 + ((tid + 256) / 32);
-    const int a1_k = (tid + 256) % 32;
+    const int a1_r = m0 + ((tid + 256) / 64);
+    const int a1_k = (tid + 256) % 64;
     const bool a1_in = a1_r < 16;
     const int a1_i = ((int)z * 16 + a1_r) * 25;
-    const int b0_r = n0 + (tid / 32);
-    const int b0_k = tid % 32;
+    const int a2_r = m0 + ((tid + 512) / 64);
+    const int a2_k = (tid + 512) % 64;
+    const bool a2_in = a2_r < 16;
+    const int a2_i = ((int)z * 16 + a2_r) * 25;
+    const int a3_r = m0 + ((tid + 768) / 64);
+    const int a3_k = (tid + 768) % 64;
+    const bool a3_in = a3_r < 16;
+    const int a3_i = ((int)z * 16 + a3_r) * 25;
+    const int b0_r = n0 + (tid / 64);
+    const int b0_k = tid % 64;
     const bool b0_in = b0_r < 72;
     const int b0_o = ((int)z * 8 + b0_r / 9) * 81;
     const int b0_e0 = (b0_r % 9 / 3) * 1 - 1;
     const int b0_e1 = (b0_r % 9 % 3) * 1 - 1;
-    const int b1_r = n0 + ((tid + 256) / 32);
-    const int b1_k = (tid + 256) % 32;
+    const int b1_r = n0 + ((tid + 256) / 64);
+    const int b1_k = (tid + 256) % 64;
     const bool b1_in = b1_r < 72;
     const int b1_o = ((int)z * 8 + b1_r / 9) * 81;
     const int b1_e0 = (b1_r % 9 / 3) * 1 - 1;
     const int b1_e1 = (b1_r % 9 % 3) * 1 - 1;
+    const int b2_r = n0 + ((tid + 512) / 64);
+    const int b2_k = (tid + 512) % 64;
+    const bool b2_in = b2_r < 72;
+    const int b2_o = ((int)z * 8 + b2_r / 9) * 81;
+    const int b2_e0 = (b2_r % 9 / 3) * 1 - 1;
+    const int b2_e1 = (b2_r % 9 % 3) * 1 - 1;
+    const int b3_r = n0 + ((tid + 768) / 64);
+    const int b3_k = (tid + 768) % 64;
+    const bool b3_in = b3_r < 72;
+    const int b3_o = ((int)z * 8 + b3_r / 9) * 81;
+    const int b3_e0 = (b3_r % 9 / 3) * 1 - 1;
+    const int b3_e1 = (b3_r % 9 % 3) * 1 - 1;
     float c[1][1];
     #pragma unroll
     for (int i = 0; i < 1; i++) {
@@ -337,6 +369,22 @@ GC_KERNEL k1(char *__restrict__ gc_arena) {
         }
       }
       bad |= !(av1 - av1 == (float)0);
+      av2 = 0;
+      {
+        const int kk = 0 + a2_k;
+        if (a2_in && kk < 50) {
+          av2 = gc_h2f(p2[a2_i + kk + (kk / 25) * 375]);
+        }
+      }
+      bad |= !(av2 - av2 == (float)0);
+      av3 = 0;
+      {
+        const int kk = 0 + a3_k;
+        if (a3_in && kk < 50) {
+          av3 = gc_h2f(p2[a3_i + kk + (kk / 25) * 375]);
+        }
+      }
+      bad |= !(av3 - av3 == (float)0);
       bv0 = 0;
       bm0 = 0;
       {
@@ -365,24 +413,58 @@ GC_KERNEL k1(char *__restrict__ gc_arena) {
           }
         }
       }
-      gc_as[0][tid % 32][tid / 32] = av0;
-      gc_as[0][(tid + 256) % 32][(tid + 256) / 32] = av1;
-      gc_bs[0][tid % 32][tid / 32] = bv0;
-      gc_bk[0][tid % 32][tid / 32] = bm0;
-      gc_bs[0][(tid + 256) % 32][(tid + 256) / 32] = bv1;
-      gc_bk[0][(tid + 256) % 32][(tid + 256) / 32] = bm1;
+      bv2 = 0;
+      bm2 = 0;
+      {
+        const int kk = 0 + b2_k;
+        if (b2_in && kk < 50) {
+          const int q = kk % 25;
+          const int h0 = (q / 5) * 2 + b2_e0;
+          const int h1 = (q % 5) * 2 + b2_e1;
+          if (h0 >= 0 && h0 < 9 && h1 >= 0 && h1 < 9) {
+            bv2 = gc_h2f(p1[b2_o + (kk / 25) * 648 + h0 * 9 + h1]);
+            bm2 = 1;
+          }
+        }
+      }
+      bv3 = 0;
+      bm3 = 0;
+      {
+        const int kk = 0 + b3_k;
+        if (b3_in && kk < 50) {
+          const int q = kk % 25;
+          const int h0 = (q / 5) * 2 + b3_e0;
+          const int h1 = (q % 5) * 2 + b3_e1;
+          if (h0 >= 0 && h0 < 9 && h1 >= 0 && h1 < 9) {
+            bv3 = gc_h2f(p1[b3_o + (kk / 25) * 648 + h0 * 9 + h1]);
+            bm3 = 1;
+          }
+        }
+      }
+      gc_as[0][tid / 64][tid % 64] = av0;
+      gc_as[0][(tid + 256) / 64][(tid + 256) % 64] = av1;
+      gc_as[0][(tid + 512) / 64][(tid + 512) % 64] = av2;
+      gc_as[0][(tid + 768) / 64][(tid + 768) % 64] = av3;
+      gc_bs[0][tid / 64][tid % 64] = bv0;
+      gc_bk[0][tid % 64][tid / 64] = bm0;
+      gc_bs[0][(tid + 256) / 64][(tid + 256) % 64] = bv1;
+      gc_bk[0][(tid + 256) % 64][(tid + 256) / 64] = bm1;
+      gc_bs[0][(tid + 512) / 64][(tid + 512) % 64] = bv2;
+      gc_bk[0][(tid + 512) % 64][(tid + 512) / 64] = bm2;
+      gc_bs[0][(tid + 768) / 64][(tid + 768) % 64] = bv3;
+      gc_bk[0][(tid + 768) % 64][(tid + 768) / 64] = bm3;
       q++;
       if (bad) gc_bad[0] = q;
     }
     __syncthreads();
-    for (int kt = 0; kt < 2; kt++) {
+    for (int kt = 0; kt < 1; kt++) {
       const int cur = kt & 1;
-      const bool more = kt + 1 < 2;
+      const bool more = kt + 1 < 1;
       bool bad = false;
       if (more) {
         av0 = 0;
         {
-          const int kk = (kt + 1) * 32 + a0_k;
+          const int kk = (kt + 1) * 64 + a0_k;
           if (a0_in && kk < 50) {
             av0 = gc_h2f(p2[a0_i + kk + (kk / 25) * 375]);
           }
@@ -390,16 +472,32 @@ GC_KERNEL k1(char *__restrict__ gc_arena) {
         bad |= !(av0 - av0 == (float)0);
         av1 = 0;
         {
-          const int kk = (kt + 1) * 32 + a1_k;
+          const int kk = (kt + 1) * 64 + a1_k;
           if (a1_in && kk < 50) {
             av1 = gc_h2f(p2[a1_i + kk + (kk / 25) * 375]);
           }
         }
         bad |= !(av1 - av1 == (float)0);
+        av2 = 0;
+        {
+          const int kk = (kt + 1) * 64 + a2_k;
+          if (a2_in && kk < 50) {
+            av2 = gc_h2f(p2[a2_i + kk + (kk / 25) * 375]);
+          }
+        }
+        bad |= !(av2 - av2 == (float)0);
+        av3 = 0;
+        {
+          const int kk = (kt + 1) * 64 + a3_k;
+          if (a3_in && kk < 50) {
+            av3 = gc_h2f(p2[a3_i + kk + (kk / 25) * 375]);
+          }
+        }
+        bad |= !(av3 - av3 == (float)0);
         bv0 = 0;
         bm0 = 0;
         {
-          const int kk = (kt + 1) * 32 + b0_k;
+          const int kk = (kt + 1) * 64 + b0_k;
           if (b0_in && kk < 50) {
             const int q = kk % 25;
             const int h0 = (q / 5) * 2 + b0_e0;
@@ -413,7 +511,7 @@ GC_KERNEL k1(char *__restrict__ gc_arena) {
         bv1 = 0;
         bm1 = 0;
         {
-          const int kk = (kt + 1) * 32 + b1_k;
+          const int kk = (kt + 1) * 64 + b1_k;
           if (b1_in && kk < 50) {
             const int q = kk % 25;
             const int h0 = (q / 5) * 2 + b1_e0;
@@ -424,62 +522,102 @@ GC_KERNEL k1(char *__restrict__ gc_arena) {
             }
           }
         }
+        bv2 = 0;
+        bm2 = 0;
+        {
+          const int kk = (kt + 1) * 64 + b2_k;
+          if (b2_in && kk < 50) {
+            const int q = kk % 25;
+            const int h0 = (q / 5) * 2 + b2_e0;
+            const int h1 = (q % 5) * 2 + b2_e1;
+            if (h0 >= 0 && h0 < 9 && h1 >= 0 && h1 < 9) {
+              bv2 = gc_h2f(p1[b2_o + (kk / 25) * 648 + h0 * 9 + h1]);
+              bm2 = 1;
+            }
+          }
+        }
+        bv3 = 0;
+        bm3 = 0;
+        {
+          const int kk = (kt + 1) * 64 + b3_k;
+          if (b3_in && kk < 50) {
+            const int q = kk % 25;
+            const int h0 = (q / 5) * 2 + b3_e0;
+            const int h1 = (q % 5) * 2 + b3_e1;
+            if (h0 >= 0 && h0 < 9 && h1 >= 0 && h1 < 9) {
+              bv3 = gc_h2f(p1[b3_o + (kk / 25) * 648 + h0 * 9 + h1]);
+              bm3 = 1;
+            }
+          }
+        }
       }
       if (gc_bad[cur] == q) {
         #pragma unroll
-        for (int kk = 0; kk < 32; kk++) {
-          gc_fa fa[1];
-          gc_fb fb[1];
-          #pragma unroll
-          for (int r = 0; r < 1; r++) {
-            fa[r] = *(const gc_fa *)&gc_as[cur][kk][ty * 1 + r * 16];
-          }
-          #pragma unroll
-          for (int r = 0; r < 1; r++) {
-            fb[r] = *(const gc_fb *)&gc_bs[cur][kk][tx * 1 + r * 16];
-          }
+        for (int k0 = 0; k0 < 64; k0 += 4) {
+          gc_va ga[1];
           #pragma unroll
           for (int i = 0; i < 1; i++) {
+            ga[i] = *(const gc_va *)&gc_as[cur][ty + i * 16][k0];
+          }
+          gc_vb gb[1];
+          #pragma unroll
+          for (int i = 0; i < 1; i++) {
+            gb[i] = *(const gc_vb *)&gc_bs[cur][tx + i * 16][k0];
+          }
+          #pragma unroll
+          for (int kq = 0; kq < 4; kq++) {
             #pragma unroll
-            for (int j = 0; j < 1; j++) {
-              if (gc_bk[cur][kk][tx * 1 + j % 1 + j / 1 * 16])
-              {
-                const float x = fa[i / 1].v[i % 1] * fb[j / 1].v[j % 1];
-                c[i][j] = c[i][j] + x;
+            for (int i = 0; i < 1; i++) {
+              #pragma unroll
+              for (int j = 0; j < 1; j++) {
+                if (gc_bk[cur][k0 + kq][tx + j * 16])
+                {
+                  const float x = ga[i].v[kq] * gb[j].v[kq];
+                  c[i][j] = c[i][j] + x;
+                }
               }
             }
           }
         }
       } else {
         #pragma unroll
-        for (int kk = 0; kk < 32; kk++) {
-          gc_fa fa[1];
-          gc_fb fb[1];
-          #pragma unroll
-          for (int r = 0; r < 1; r++) {
-            fa[r] = *(const gc_fa *)&gc_as[cur][kk][ty * 1 + r * 16];
-          }
-          #pragma unroll
-          for (int r = 0; r < 1; r++) {
-            fb[r] = *(const gc_fb *)&gc_bs[cur][kk][tx * 1 + r * 16];
-          }
+        for (int k0 = 0; k0 < 64; k0 += 4) {
+          gc_va ga[1];
           #pragma unroll
           for (int i = 0; i < 1; i++) {
+            ga[i] = *(const gc_va *)&gc_as[cur][ty + i * 16][k0];
+          }
+          gc_vb gb[1];
+          #pragma unroll
+          for (int i = 0; i < 1; i++) {
+            gb[i] = *(const gc_vb *)&gc_bs[cur][tx + i * 16][k0];
+          }
+          #pragma unroll
+          for (int kq = 0; kq < 4; kq++) {
             #pragma unroll
-            for (int j = 0; j < 1; j++) {
-              const float x = fa[i / 1].v[i % 1] * fb[j / 1].v[j % 1];
-              c[i][j] = c[i][j] + x;
+            for (int i = 0; i < 1; i++) {
+              #pragma unroll
+              for (int j = 0; j < 1; j++) {
+                const float x = ga[i].v[kq] * gb[j].v[kq];
+                c[i][j] = c[i][j] + x;
+              }
             }
           }
         }
       }
       if (more) {
-        gc_as[cur ^ 1][tid % 32][tid / 32] = av0;
-        gc_as[cur ^ 1][(tid + 256) % 32][(tid + 256) / 32] = av1;
-        gc_bs[cur ^ 1][tid % 32][tid / 32] = bv0;
-        gc_bk[cur ^ 1][tid % 32][tid / 32] = bm0;
-        gc_bs[cur ^ 1][(tid + 256) % 32][(tid + 256) / 32] = bv1;
-        gc_bk[cur ^ 1][(tid + 256) % 32][(tid + 256) / 32] = bm1;
+        gc_as[cur ^ 1][tid / 64][tid % 64] = av0;
+        gc_as[cur ^ 1][(tid + 256) / 64][(tid + 256) % 64] = av1;
+        gc_as[cur ^ 1][(tid + 512) / 64][(tid + 512) % 64] = av2;
+        gc_as[cur ^ 1][(tid + 768) / 64][(tid + 768) % 64] = av3;
+        gc_bs[cur ^ 1][tid / 64][tid % 64] = bv0;
+        gc_bk[cur ^ 1][tid % 64][tid / 64] = bm0;
+        gc_bs[cur ^ 1][(tid + 256) / 64][(tid + 256) % 64] = bv1;
+        gc_bk[cur ^ 1][(tid + 256) % 64][(tid + 256) / 64] = bm1;
+        gc_bs[cur ^ 1][(tid + 512) / 64][(tid + 512) % 64] = bv2;
+        gc_bk[cur ^ 1][(tid + 512) % 64][(tid + 512) / 64] = bm2;
+        gc_bs[cur ^ 1][(tid + 768) / 64][(tid + 768) % 64] = bv3;
+        gc_bk[cur ^ 1][(tid + 768) % 64][(tid + 768) / 64] = bm3;
         q++;
         if (bad) gc_bad[cur ^ 1] = q;
       }
@@ -489,8 +627,8 @@ GC_KERNEL k1(char *__restrict__ gc_arena) {
     for (int i = 0; i < 1; i++) {
       #pragma unroll
       for (int j = 0; j < 1; j++) {
-        const int m = m0 + ty * 1 + i % 1 + i / 1 * 16;
-        const int n = n0 + tx * 1 + j % 1 + j / 1 * 16;
+        const int m = m0 + ty + i * 16;
+        const int n = n0 + tx + j * 16;
         if (m < 16 && n < 72)
         {
           p0[((int)z * 16 + m) * 72 + n] = gc_f2h(c[i][j]);

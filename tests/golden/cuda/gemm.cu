@@ -17,13 +17,13 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
   const float *__restrict__ p2 = (const float *)(gc_arena + 11520);
   const float *__restrict__ p3 = (const float *)(gc_arena + 16896);
   (void)gc_arena;
-  /* 3 x (40 x 56) sums of 24 terms; tile 8x32x32/1x1 */
-  struct alignas(4) gc_fa { float v[1]; };
-  struct alignas(4) gc_fb { float v[1]; };
-  alignas(16) __shared__ float gc_as[2][32][12];
-  alignas(16) __shared__ float gc_bs[2][32][36];
+  /* 3 x (40 x 56) sums of 24 terms; tile 4x64x16/1x1 */
+  struct alignas(16) gc_va { float v[4]; };
+  alignas(16) __shared__ float gc_as[2][4][20];
+  struct alignas(16) gc_vb { float v[4]; };
+  alignas(16) __shared__ float gc_bs[2][64][20];
   const int tid = (int)threadIdx.x;
-  const int tx = tid % 32, ty = tid / 32;
+  const int tx = tid % 64, ty = tid / 64;
   float av0;
   float bv0;
   float bv1;
@@ -31,31 +31,31 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
   float bv3;
   for (int tile = blockIdx.x; tile < 30; tile += gridDim.x) {
     const int z = tile / 10;
-    const int m0 = tile / 2 % 5 * 8;
-    const int n0 = tile % 2 * 32;
+    const int m0 = tile / 1 % 10 * 4;
+    const int n0 = tile % 1 * 64;
     const int za = (int)(z) * 960;
     const int zb = 0;
     const int zy = (int)z * 2240;
     const int zc = (int)(z) * 56;
     (void)za; (void)zb;
-    const int a0_r = m0 + (tid / 32);
-    const int a0_k = tid % 32;
-    const bool a0_in = a0_r < 40;
+    const int a0_r = m0 + (tid / 16);
+    const int a0_k = tid % 16;
+    const bool a0_in = a0_r < 40 && tid + 0 < 64;
     const int a0_o = za + a0_r * 24;
-    const int b0_r = n0 + (tid % 32);
-    const int b0_k = tid / 32;
+    const int b0_r = n0 + (tid % 64);
+    const int b0_k = tid / 64;
     const bool b0_in = b0_r < 56;
     const int b0_o = zb + b0_r;
-    const int b1_r = n0 + ((tid + 256) % 32);
-    const int b1_k = (tid + 256) / 32;
+    const int b1_r = n0 + ((tid + 256) % 64);
+    const int b1_k = (tid + 256) / 64;
     const bool b1_in = b1_r < 56;
     const int b1_o = zb + b1_r;
-    const int b2_r = n0 + ((tid + 512) % 32);
-    const int b2_k = (tid + 512) / 32;
+    const int b2_r = n0 + ((tid + 512) % 64);
+    const int b2_k = (tid + 512) / 64;
     const bool b2_in = b2_r < 56;
     const int b2_o = zb + b2_r;
-    const int b3_r = n0 + ((tid + 768) % 32);
-    const int b3_k = (tid + 768) / 32;
+    const int b3_r = n0 + ((tid + 768) % 64);
+    const int b3_k = (tid + 768) / 64;
     const bool b3_in = b3_r < 56;
     const int b3_o = zb + b3_r;
     float c[1][1];
@@ -102,80 +102,83 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
           bv3 = p2[b3_o + kk * 56];
         }
       }
-      gc_as[0][tid % 32][tid / 32] = av0;
-      gc_bs[0][tid / 32][tid % 32] = bv0;
-      gc_bs[0][(tid + 256) / 32][(tid + 256) % 32] = bv1;
-      gc_bs[0][(tid + 512) / 32][(tid + 512) % 32] = bv2;
-      gc_bs[0][(tid + 768) / 32][(tid + 768) % 32] = bv3;
+      if (tid + 0 < 64) gc_as[0][tid / 16][tid % 16] = av0;
+      gc_bs[0][tid % 64][tid / 64] = bv0;
+      gc_bs[0][(tid + 256) % 64][(tid + 256) / 64] = bv1;
+      gc_bs[0][(tid + 512) % 64][(tid + 512) / 64] = bv2;
+      gc_bs[0][(tid + 768) % 64][(tid + 768) / 64] = bv3;
     }
     __syncthreads();
-    for (int kt = 0; kt < 1; kt++) {
+    for (int kt = 0; kt < 2; kt++) {
       const int cur = kt & 1;
-      const bool more = kt + 1 < 1;
+      const bool more = kt + 1 < 2;
       if (more) {
         av0 = 0;
         {
-          const int kk = (kt + 1) * 32 + a0_k;
+          const int kk = (kt + 1) * 16 + a0_k;
           if (a0_in && kk < 24) {
             av0 = p1[a0_o + kk];
           }
         }
         bv0 = 0;
         {
-          const int kk = (kt + 1) * 32 + b0_k;
+          const int kk = (kt + 1) * 16 + b0_k;
           if (b0_in && kk < 24) {
             bv0 = p2[b0_o + kk * 56];
           }
         }
         bv1 = 0;
         {
-          const int kk = (kt + 1) * 32 + b1_k;
+          const int kk = (kt + 1) * 16 + b1_k;
           if (b1_in && kk < 24) {
             bv1 = p2[b1_o + kk * 56];
           }
         }
         bv2 = 0;
         {
-          const int kk = (kt + 1) * 32 + b2_k;
+          const int kk = (kt + 1) * 16 + b2_k;
           if (b2_in && kk < 24) {
             bv2 = p2[b2_o + kk * 56];
           }
         }
         bv3 = 0;
         {
-          const int kk = (kt + 1) * 32 + b3_k;
+          const int kk = (kt + 1) * 16 + b3_k;
           if (b3_in && kk < 24) {
             bv3 = p2[b3_o + kk * 56];
           }
         }
       }
       #pragma unroll
-      for (int kk = 0; kk < 32; kk++) {
-        gc_fa fa[1];
-        gc_fb fb[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-          fa[r] = *(const gc_fa *)&gc_as[cur][kk][ty * 1 + r * 8];
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-          fb[r] = *(const gc_fb *)&gc_bs[cur][kk][tx * 1 + r * 32];
-        }
+      for (int k0 = 0; k0 < 16; k0 += 4) {
+        gc_va ga[1];
         #pragma unroll
         for (int i = 0; i < 1; i++) {
+          ga[i] = *(const gc_va *)&gc_as[cur][ty + i * 4][k0];
+        }
+        gc_vb gb[1];
+        #pragma unroll
+        for (int i = 0; i < 1; i++) {
+          gb[i] = *(const gc_vb *)&gc_bs[cur][tx + i * 64][k0];
+        }
+        #pragma unroll
+        for (int kq = 0; kq < 4; kq++) {
           #pragma unroll
-          for (int j = 0; j < 1; j++) {
-            const float x = fa[i / 1].v[i % 1] * fb[j / 1].v[j % 1];
-            c[i][j] = c[i][j] + x;
+          for (int i = 0; i < 1; i++) {
+            #pragma unroll
+            for (int j = 0; j < 1; j++) {
+              const float x = ga[i].v[kq] * gb[j].v[kq];
+              c[i][j] = c[i][j] + x;
+            }
           }
         }
       }
       if (more) {
-        gc_as[cur ^ 1][tid % 32][tid / 32] = av0;
-        gc_bs[cur ^ 1][tid / 32][tid % 32] = bv0;
-        gc_bs[cur ^ 1][(tid + 256) / 32][(tid + 256) % 32] = bv1;
-        gc_bs[cur ^ 1][(tid + 512) / 32][(tid + 512) % 32] = bv2;
-        gc_bs[cur ^ 1][(tid + 768) / 32][(tid + 768) % 32] = bv3;
+        if (tid + 0 < 64) gc_as[cur ^ 1][tid / 16][tid % 16] = av0;
+        gc_bs[cur ^ 1][tid % 64][tid / 64] = bv0;
+        gc_bs[cur ^ 1][(tid + 256) % 64][(tid + 256) / 64] = bv1;
+        gc_bs[cur ^ 1][(tid + 512) % 64][(tid + 512) / 64] = bv2;
+        gc_bs[cur ^ 1][(tid + 768) % 64][(tid + 768) / 64] = bv3;
       }
       __syncthreads();
     }
@@ -183,8 +186,8 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
     for (int i = 0; i < 1; i++) {
       #pragma unroll
       for (int j = 0; j < 1; j++) {
-        const int m = m0 + ty * 1 + i % 1 + i / 1 * 8;
-        const int n = n0 + tx * 1 + j % 1 + j / 1 * 32;
+        const int m = m0 + ty + i * 4;
+        const int n = n0 + tx + j * 64;
         if (m < 40 && n < 56)
         {
           {
