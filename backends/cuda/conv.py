@@ -9,8 +9,11 @@ Each op is one product per group ``z`` whose terms run in the reference's canoni
   a skipped term.
 - **convolution, backward** (transposed): ``Y[nb, z*cog + m, o]`` sums, channel by channel, the
   input positions ``i`` in row-major order with ``i*s - sp + tap*d = o``: the taps in reversed
-  row-major order, each giving ``i = (o + sp - tap*d) / s``; a tap whose ``i`` is not an integer
-  or lies outside the input is a skipped term.
+  row-major order, each giving ``i = (o + sp - tap*d) / s``; a tap whose ``i`` lies outside the
+  input is a skipped term. With a stride above 1 only the taps with ``tap*d = o + sp`` modulo
+  the stride give an integer ``i``: the output positions are split by that residue into phases,
+  one product each over its own taps (``_emit_phases``), so no term is visited to be skipped
+  for its residue.
 - **convolution_filter_grad**: ``dW[z*ca + m, f1, tap] = sum over kk = (nb, q) of it[nb, z*ca +
   m, q] * other[nb, z*cf + f1, q*s - sp + tap'*d]``, images then positions of ``it`` in
   row-major order, where ``it`` is dY and ``other`` X in the forward direction, and the other
@@ -87,6 +90,9 @@ def emit_convolution(k: CudaKernel) -> None:
     bias = node.inputs[2] if len(node.inputs) == 3 else None
     t = ctype(y.type.dtype)
     L = _Layer(k, x, w, y)
+    if not L.forward and max(L.s) > 1:
+        _emit_phases(k, L, x, w, y, bias)
+        return
     nb, ci_all = L.xs[0], L.xs[1]
     sx, kk_sizes, so = L.xs[2:], L.ws[2:], L.ys[2:]
     co_all = L.ys[1]
@@ -124,15 +130,10 @@ def emit_convolution(k: CudaKernel) -> None:
                 pos.append((f"h{a}", xst[a]))
             else:
                 lines.append(f"const {ix} u{a} = {tag}_p{a} - ({tap}) * {L.d[a]};")
-                lo = L.sp[a] - (kk_sizes[a] - 1) * L.d[a]
+                lo = L.sp[a] - (kk_sizes[a] - 1) * L.d[a]  # unit strides (else _emit_phases)
                 hi = so[a] - 1 + L.sp[a]
-                if L.s[a] == 1:
-                    checks += _bounds(f"u{a}", lo, hi, sx[a])
-                    pos.append((f"u{a}", xst[a]))
-                else:
-                    lines.append(f"const {ix} i{a} = u{a} / {L.s[a]};")
-                    checks += [f"u{a} >= 0", f"u{a} % {L.s[a]} == 0", f"i{a} < {sx[a]}"]
-                    pos.append((f"i{a}", xst[a]))
+                checks += _bounds(f"u{a}", lo, hi, sx[a])
+                pos.append((f"u{a}", xst[a]))
         off = f"{tag}_x + {_terms([('ci', px)] + pos)}"
         return lines, off, " && ".join(checks) or None
 
@@ -151,6 +152,98 @@ def emit_convolution(k: CudaKernel) -> None:
 
     tiled.emit(k, tiled.Product(L.g, cog, nb * po, cig * taps, a_op, b_op, t.acc,
                                 lambda: [], store, ix))
+
+
+def _phase_taps(K: int, s: int, d: int, sp: int) -> tuple[list[list[int]], list[int]]:
+    """Per phase ``r`` of an output position (``(o + sp) % s``) of a transposed convolution's
+    axis: its taps, in decreasing order (the reference's order: input positions increasing),
+    padded with -1 to the longest list; and its first output position."""
+    lists = [[k for k in range(K - 1, -1, -1) if (r - k * d) % s == 0] for r in range(s)]
+    width = max(len(x) for x in lists)
+    return [x + [-1] * (width - len(x)) for x in lists], [(r - sp) % s for r in range(s)]
+
+
+def _emit_phases(k: CudaKernel, L: _Layer, x: Any, w: Any, y: Any, bias: Any) -> None:
+    """A strided backward convolution, one product per group and phase: the output positions
+    whose ``o + sp`` has one residue ``r`` modulo the stride on each axis are reached by the
+    same taps (``k * d = r`` modulo the stride), so each phase sums only its own taps (in the
+    reference's decreasing order) over a grid of ``ceil(O / s)`` positions per axis; a phase
+    with fewer taps than the longest pads its list with skipped terms, and the grid's
+    positions past the output are not stored."""
+    t = ctype(y.type.dtype)
+    nb, ci_all, co_all = L.xs[0], L.xs[1], L.ys[1]
+    sx, ks, so = L.xs[2:], L.ws[2:], L.ys[2:]
+    cig, cog = ci_all // L.g, co_all // L.g
+    taps, px, po = _prod(ks), _prod(sx), _prod(so)
+    geo = [_phase_taps(ks[a], L.s[a], L.d[a], L.sp[a]) for a in range(L.nd)]
+    width = [len(lists[0]) for lists, _ in geo]  # taps per phase (padded), per axis
+    grid = [-(-so[a] // L.s[a]) for a in range(L.nd)]  # positions per phase, per axis
+    phases, tm, q = _prod(L.s), _prod(width), _prod(grid)
+    tabs = [k.table("int", [v for row in lists for v in row]) for lists, _ in geo]
+    firsts = [k.table("int", f) for _, f in geo]
+    ix = tiled.index_type(_prod(L.xs), _prod(L.ws), _prod(L.ys), nb * q * phases * L.g)
+    xst, ost, kst = row_major(sx), row_major(so), row_major(ks)
+    pw, px_, py = k.param(w), k.param(x), k.param(y)
+
+    def setup() -> list[str]:
+        lines = [f"const {ix} grp = z / {phases}, ph = z % {phases};"]
+        for a in range(L.nd):
+            lines.append(f"const int r{a} = (int)({_coord('ph', L.s, a)});")
+            lines.append(f"const {ix} f{a} = {firsts[a]}[r{a}];")
+        return lines
+
+    def tap_lines(kk: str) -> list[str]:
+        lines = [f"const {ix} ci = {kk} / {tm};", f"const {ix} jj = {kk} % {tm};"]
+        for a in range(L.nd):
+            lines.append(f"const {ix} tp{a} = {tabs[a]}[r{a} * {width[a]} + "
+                         f"{_coord('jj', width, a)}];")
+        return lines
+
+    def a_row(tag: str, r: str) -> list[str]:
+        return [f"const {ix} {tag}_w = grp * {cig * cog * taps} + {r} * {taps};"]
+
+    def a_at(tag: str, kk: str) -> tuple[list[str], str, str | None]:
+        # a padded tap reads tap 0 (any finite weight: its term is skipped through B)
+        flat = _terms([(f"(tp{a} < 0 ? 0 : tp{a})", kst[a]) for a in range(L.nd)])
+        w_at = f"{taps - 1} - ({flat})" if L.flip else flat
+        return tap_lines(kk), f"{tag}_w + ci * {cog * taps} + {w_at}", None
+
+    def b_row(tag: str, r: str) -> list[str]:
+        lines = [f"const {ix} {tag}_x = ({ix})({r} / {q}) * {ci_all * px} + grp * {cig * px};"]
+        for a in range(L.nd):
+            qa = _coord(f"{r} % {q}", grid, a)
+            lines.append(f"const {ix} {tag}_o{a} = f{a} + ({qa}) * {L.s[a]} + {L.sp[a]};")
+        return lines
+
+    def b_at(tag: str, kk: str) -> tuple[list[str], str, str | None]:
+        lines = tap_lines(kk)
+        checks, pos = [], []
+        for a in range(L.nd):
+            lines += [f"const {ix} u{a} = {tag}_o{a} - tp{a} * {L.d[a]};",
+                      f"const {ix} i{a} = u{a} / {L.s[a]};"]
+            checks += [f"tp{a} >= 0", f"u{a} >= 0", f"i{a} < {sx[a]}"]
+            pos.append((f"i{a}", xst[a]))
+        return lines, f"{tag}_x + {_terms([('ci', px)] + pos)}", " && ".join(checks)
+
+    pb = k.param(bias) if bias is not None else ""
+
+    def store(m: str, n: str, s: str) -> list[str]:
+        lines = [f"const {ix} o{a} = f{a} + ({_coord(f'{n} % {q}', grid, a)}) * {L.s[a]};"
+                 for a in range(L.nd)]
+        inside = " && ".join(f"o{a} < {so[a]}" for a in range(L.nd))
+        at = _terms([(f"o{a}", ost[a]) for a in range(L.nd)])
+        value = s
+        if bias is not None:
+            lines.append(f"const {t.acc} v = {s} + {widen(t, f'{pb}[grp * {cog} + {m}]')};")
+            value = "v"
+        lines.append(f"if ({inside}) {py}[(({ix})({n} / {q}) * {co_all} + grp * {cog} + {m}) "
+                     f"* {po} + {at}] = {narrow(t, value)};")
+        return ["{", *("  " + x for x in lines), "}"]
+
+    a_op = tiled.Operand(pw, t, "k", a_row, a_at, 6.0 + 3.0 * L.nd)
+    b_op = tiled.Operand(px_, t, "r", b_row, b_at, 6.0 + 7.0 * L.nd)
+    tiled.emit(k, tiled.Product(L.g * phases, cog, nb * q, cig * tm, a_op, b_op, t.acc, setup,
+                                store, ix))
 
 
 def _filter_forward(L: _Layer, pw: str, t: Any, cig: int, cog: int, taps: int,

@@ -212,11 +212,14 @@ def emit_direct(k: CudaKernel, p: Product) -> None:
         with cw.block(f"for ({ix} kk = 0; kk < {p.k}; kk++)"):
             la, oa, _ = p.a.at("ra", "kk")
             lb, ob, vb = p.b.at("rb", "kk")
-            cw.line(*la, *lb)
-            with cw.block(f"if ({vb})" if vb else ""):
-                cw.line(f"const {acc} x = {widen(p.a.t, f'{p.a.ptr}[{oa}]')};",
-                        f"const {acc} y = {widen(p.b.t, f'{p.b.ptr}[{ob}]')};",
-                        f"const {acc} q = x * y;", "s = s + q;")
+            cw.line(f"{acc} x, y;", "bool ok = true;")
+            with cw.block():  # A's element is always in bounds (a skipped term's too)
+                cw.line(*la, f"x = {widen(p.a.t, f'{p.a.ptr}[{oa}]')};")
+            with cw.block():
+                cw.line(*lb, f"ok = {vb or 'true'};",
+                        f"y = ok ? {widen(p.b.t, f'{p.b.ptr}[{ob}]')} : 0;")
+            with cw.block("if (ok)"):
+                cw.line(f"const {acc} q = x * y;", "s = s + q;")
         cw.line(*p.store("m", "n", "s"))
 
 
