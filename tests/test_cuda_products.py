@@ -63,8 +63,8 @@ def _products(dtype: str) -> tuple[gradc.Graph, dict[str, np.ndarray]]:
 
 
 def _features(t: tiled.Tile) -> set[tuple[str, object]]:
-    """What changes a tiled kernel's text: the per-thread block, the threads' grid, the chunk
-    depth, and whether the staging slots of A or B fill the block."""
+    """What changes a tiled kernel's text: the per-thread block, the computing threads' grid,
+    the chunk depth, and whether the staging slots of A or B fill the block."""
     return {("block", (t.tm, t.tn)), ("grid", (t.bm // t.tm, t.tx)), ("bk", t.bk),
             ("partial A", t.bm * t.bk % 256 != 0), ("partial B", t.bn * t.bk % 256 != 0)}
 
@@ -155,9 +155,11 @@ def test_the_tile_choice_follows_the_shape():
     assert (big.tm, big.tn) == (8, 8)  # large products: the most work per fragment read
     small = tiled.choose(_product(512, 32, 4608))
     assert small.tm * small.tn <= 2  # few outputs, long sums: every output its own thread
+    few = tiled.choose(_product(16, 144, 32768))
+    assert few.threads < 256  # the sums' chains set the time: few warps compute, all stage
     for acc in ("float", "double"):
         for t in tiled.tiles(acc):
-            assert (t.bm // t.tm) * (t.bn // t.tn) == 256, t
+            assert t.threads in (32, 64, 128, 256) and t.threads * t.tm * t.tn == t.bm * t.bn, t
             assert t.bm <= 128 and t.bn <= 128 and 256 % t.bk == 0, t
 
 

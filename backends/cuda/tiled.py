@@ -112,6 +112,11 @@ class Tile:
         """Threads along N."""
         return self.bn // self.tn
 
+    @property
+    def threads(self) -> int:
+        """Threads that compute sums (the block's others only stage chunks)."""
+        return (self.bm // self.tm) * self.tx
+
     def __str__(self) -> str:
         if self.bk == 1:
             return "direct"
@@ -120,6 +125,9 @@ class Tile:
 
 DIRECT = Tile(1, 1, 1, 1, 1)  # the direct kernel (a thread per output)
 GRIDS = ((16, 16), (8, 32), (32, 8), (4, 64), (64, 4))  # threads along (M, N): 256 each
+# Fewer threads computing, one to four warps, for products of few outputs and long sums: a
+# sum's serial chain then sets the time, and the other warps stage the chunks.
+FEW = ((8, 4), (4, 8), (8, 8), (16, 8), (8, 16))
 PER_THREAD = {"float": (1, 2, 4, 8), "double": (1, 2, 4)}
 
 
@@ -132,11 +140,12 @@ def index_type(*counts: int) -> str:
 def tiles(acc: str) -> list[Tile]:
     """Every tile shape the kernel takes for an accumulator type."""
     out = []
-    for gy, gx in GRIDS:
+    for gy, gx in GRIDS + FEW:
         for tm in PER_THREAD[acc]:
             for tn in PER_THREAD[acc]:
                 bm, bn = gy * tm, gx * tn
-                if max(bm, bn) <= 128 and 1 / 4 <= tm / tn <= 4:
+                if (max(bm, bn) <= 128 and 1 / 4 <= tm / tn <= 4
+                        and (gy * gx == BLOCK or max(tm, tn) <= 2)):
                     s = bm + bn
                     bk = 8 if s >= 128 else 16 if s >= 64 else 32 if s >= 48 else 64
                     out.append(Tile(bm, bn, bk, tm, tn))
@@ -160,7 +169,8 @@ def cost(p: Product, t: Tile) -> float:
     shared = 2 * t.bk * (t.bm + t.bn + 2 * PAD) * 4 * word + 2 * t.bk * t.bn
     occupancy = max(1, min(REGS // (BLOCK * regs), SHARED // shared, 8))
     waves = _cdiv(blocks, SMS * occupancy)
-    warps = min(occupancy, _cdiv(blocks, SMS)) * BLOCK // 32  # on the busiest SM
+    resident = min(occupancy, _cdiv(blocks, SMS))  # blocks on the busiest SM
+    warps = resident * _cdiv(t.threads, 32)  # of them computing
     # shared loads of one warp per kk and their wavefronts (128 bytes each): a warp's threads
     # share a row of A per ty and of B per tx
     loads = wf = 0.0
@@ -170,9 +180,10 @@ def cost(p: Product, t: Tile) -> float:
         loads += each
         wf += each * max(1.0, nd * 16 / 128)
     fp = 2 * t.tm * t.tn  # warp instructions a kk (FP64 issues at half the rate)
-    instr = (fp + loads
-             + ((t.bm * (p.a.cost + 2) + t.bn * (p.b.cost + 3)) * t.bk / BLOCK + 40) / t.bk)
-    per_kk = max(warps * (fp * word + instr - fp) / 4, warps * wf, instr + 4)
+    staging = ((t.bm * (p.a.cost + 2) + t.bn * (p.b.cost + 3)) * t.bk / BLOCK + 40) / t.bk
+    issue = warps * (fp * word + loads) + resident * BLOCK // 32 * staging  # all schedulers
+    # a computing warp's own chain: its instructions, or the dependent additions (4 clocks)
+    per_kk = max(issue / 4, warps * wf, fp + loads + staging + 2, 4 * 1.15)
     return waves * _cdiv(p.k, t.bk) * t.bk * per_kk
 
 
@@ -390,18 +401,20 @@ def emit_tiled(k: CudaKernel, p: Product, t: Tile) -> None:
                 cw.line("bool bad = false;")
             with cw.block("if (more)"):
                 _load(cw, sta, stb, acc, f"(kt + 1) * {t.bk}", p.k, masked, ix)
-            if masked:
-                with cw.block("if (gc_bad[cur] == q)"):
-                    _multiply(cw, t, fa, fb, True)
-                with cw.orelse():
+            with cw.block(f"if (tid < {t.threads})" if t.threads < BLOCK else ""):
+                if masked:
+                    with cw.block("if (gc_bad[cur] == q)"):
+                        _multiply(cw, t, fa, fb, True)
+                    with cw.orelse():
+                        _multiply(cw, t, fa, fb, False)
+                else:
                     _multiply(cw, t, fa, fb, False)
-            else:
-                _multiply(cw, t, fa, fb, False)
             with cw.block("if (more)"):
                 _store(cw, sta, stb, "cur ^ 1", masked)
             cw.line("__syncthreads();")
+        inside = f"tid < {t.threads} && " if t.threads < BLOCK else ""
         body = [f"const {ix} m = m0 + {fa.row('i')};", f"const {ix} n = n0 + {fb.row('j')};",
-                f"if (m < {p.m} && n < {p.n})", "{",
+                f"if ({inside}m < {p.m} && n < {p.n})", "{",
                 *("  " + x for x in p.store("m", "n", "c[i][j]")), "}"]
         _unrolled(cw, [f"i < {t.tm}", f"j < {t.tn}"], body)
 
