@@ -54,6 +54,7 @@ LANES = 128  # FP32 lanes per SM (FP64: half)
 REGS = 65536  # registers per SM
 SHARED = 227 * 1024  # shared memory per SM a kernel may use
 INT31 = (1 << 31) - 1
+CHUNK_LATENCY = 500  # clocks: a chunk's loads from L2 must hide behind the previous chunk
 
 Lines = list[str]
 
@@ -146,8 +147,9 @@ def tiles(acc: str) -> list[Tile]:
                 bm, bn = gy * tm, gx * tn
                 if (max(bm, bn) <= 128 and 1 / 4 <= tm / tn <= 4
                         and (gy * gx == BLOCK or max(tm, tn) <= 2)):
-                    s = bm + bn
-                    bk = 8 if s >= 128 else 16 if s >= 64 else 32 if s >= 48 else 64
+                    s = bm + bn  # deeper chunks where a chunk is little work
+                    bk = (8 if s >= 128 else 16 if s >= 64 else 32 if s >= 48 else
+                          64 if s >= 32 else 128)
                     out.append(Tile(bm, bn, bk, tm, tn))
     return out
 
@@ -183,7 +185,8 @@ def cost(p: Product, t: Tile) -> float:
     staging = ((t.bm * (p.a.cost + 2) + t.bn * (p.b.cost + 3)) * t.bk / BLOCK + 40) / t.bk
     issue = warps * (fp * word + loads) + resident * BLOCK // 32 * staging  # all schedulers
     # a computing warp's own chain: its instructions, or the dependent additions (4 clocks)
-    per_kk = max(issue / 4, warps * wf, fp + loads + staging + 2, 4 * 1.15)
+    per_kk = max(issue / 4, warps * wf, fp + loads + staging + 2, 4 * 1.15,
+                 CHUNK_LATENCY / t.bk)
     return waves * _cdiv(p.k, t.bk) * t.bk * per_kk
 
 
