@@ -175,11 +175,14 @@ def nvrtc_cache(tmp_path_factory):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_nvrtc_compiles_every_fragment_shape(dtype, nvrtc_cache, forced):
     """One program with a tile of every per-thread block (TM x TN: the fragments' vector
-    types and loads), gemm and masked convolutions in turn, and the direct kernel, through
-    NVRTC (float16 differs only in its loads and stores: cuda_cases' programs compile it)."""
-    shapes = {}
-    for t in tiled.tiles("double" if dtype == "float64" else "float"):
-        shapes.setdefault((t.tm, t.tn), t)
+    types and loads) and count of computing threads, the one of most shared memory and staging
+    slots of each, gemm and masked convolutions in turn, and the direct kernel, through NVRTC
+    (float16 differs only in its loads and stores: cuda_cases' programs compile it)."""
+    acc = "double" if dtype == "float64" else "float"
+    shapes: dict[tuple[int, int, int], tiled.Tile] = {}
+    for t in sorted(tiled.tiles(acc), key=lambda t: (tiled.shared_bytes(t, acc),
+                                                     (t.bm + t.bn) * t.bk)):
+        shapes[(t.tm, t.tn, t.threads)] = t  # the largest last
     tiles = [tiled.DIRECT, *shapes.values()]
     g = gradc.Graph(f"all_tiles_{dtype}")
     a = g.input("a", dtype, (21, 37))
@@ -195,3 +198,9 @@ def test_nvrtc_compiles_every_fragment_shape(dtype, nvrtc_cache, forced):
     source = generate(g, {}).source  # not optimized: the identical products stay apart
     assert not forced and "atomic" not in source.lower()
     assert build.compile_cubin(source, build.DEFAULT_ARCH, nvrtc_cache)[:4] == b"\x7fELF"
+
+
+def test_every_tile_fits_the_static_shared_memory_of_a_block():
+    for acc in ("float", "double"):
+        for t in tiled.tiles(acc):
+            assert tiled.shared_bytes(t, acc) <= 48 * 1024, (acc, t)

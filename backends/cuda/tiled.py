@@ -53,6 +53,7 @@ SMS = 132  # the H200's multiprocessors (the cost model's only device facts are 
 LANES = 128  # FP32 lanes per SM (FP64: half)
 REGS = 65536  # registers per SM
 SHARED = 227 * 1024  # shared memory per SM a kernel may use
+SHARED_BLOCK = 48 * 1024  # static shared memory of one block
 INT31 = (1 << 31) - 1
 CHUNK_LATENCY = 500  # clocks: a chunk's loads from L2 must hide behind the previous chunk
 
@@ -149,9 +150,21 @@ def tiles(acc: str) -> list[Tile]:
                         and (gy * gx == BLOCK or max(tm, tn) <= 2)):
                     s = bm + bn  # deeper chunks where a chunk is little work
                     bk = (8 if s >= 128 else 16 if s >= 64 else 32 if s >= 48 else
-                          64 if s >= 32 else 128)
+                          64 if s > 12 else 128)
+                    while shared_bytes(Tile(bm, bn, bk, tm, tn), acc) > SHARED_BLOCK:
+                        bk //= 2
                     out.append(Tile(bm, bn, bk, tm, tn))
     return out
+
+
+def shared_bytes(t: Tile, acc: str, masked: bool = True) -> int:
+    """The static shared memory of a tile's kernel: two chunks of A and B (``_Frag``), and
+    the masks and flags of a product with skipped terms."""
+    total = 0
+    for rows, n in ((t.bm, t.tm), (t.bn, t.tn)):
+        f = _Frag("a", rows, n, "", acc, t.bk)
+        total += 2 * (t.bk * (rows + PAD) if f.kmajor else rows * (t.bk + PAD)) * f.word
+    return total + (2 * t.bk * t.bn + 8 if masked else 0)
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -168,7 +181,7 @@ def cost(p: Product, t: Tile) -> float:
         return _cdiv(per_sm, BLOCK) * p.k * max(8 * per_term / 4, per_term + 24)
     blocks = p.z * _cdiv(p.m, t.bm) * _cdiv(p.n, t.bn)
     regs = word * (t.tm * t.tn + t.tm + t.tn) + 48
-    shared = 2 * t.bk * (t.bm + t.bn + 2 * PAD) * 4 * word + 2 * t.bk * t.bn
+    shared = shared_bytes(t, p.acc)
     occupancy = max(1, min(REGS // (BLOCK * regs), SHARED // shared, 8))
     waves = _cdiv(blocks, SMS * occupancy)
     resident = min(occupancy, _cdiv(blocks, SMS))  # blocks on the busiest SM
@@ -251,7 +264,8 @@ class _Frag:
 
     def __init__(self, side: str, rows: int, n: int, var: str, acc: str, bk: int) -> None:
         self.side, self.rows, self.n, self.var, self.acc, self.bk = side, rows, n, var, acc, bk
-        self.v = 2 if acc == "double" else 4  # elements per 16-byte vector
+        self.word = 8 if acc == "double" else 4  # bytes per element
+        self.v = 16 // self.word  # elements per 16-byte vector
         self.kmajor = n >= self.v
         self.r = n // self.v if self.kmajor else n  # vectors read per kk (per group)
         self.s = rows // self.r if self.kmajor else 0
@@ -313,19 +327,26 @@ class _Staging:
             return f"{idx} / {self.bk}", f"{idx} % {self.bk}"
         return f"{idx} % {self.rows}", f"{idx} / {self.rows}"
 
+    def row_tag(self, s: int) -> str:
+        """The names of slot ``s``'s row values: slot 0's when every slot has its row (a
+        block's threads span whole rows of the chunk, neighbours along the row)."""
+        shared = self.op.fast == "r" and BLOCK % self.rows == 0
+        return f"{self.name}{0 if shared else s}"
+
     def declare(self, cw: CWriter, origin: str, ix: str) -> None:
         """Per output tile: each slot's row, whether it is inside the problem, and the
         operand's row values."""
         for s in range(self.slots):
             row, kk = self.positions(s)
             tag = f"{self.name}{s}"
-            inside = f"{tag}_r < {self.count}"
+            inside = f"{self.row_tag(s)}_r < {self.count}"
             if self.partial and s == self.slots - 1:
                 inside += f" && tid + {BLOCK * s} < {self.rows * self.bk}"
-            cw.line(f"const {ix} {tag}_r = {origin} + ({row});",
-                    f"const int {tag}_k = {kk};",
-                    f"const bool {tag}_in = {inside};",
-                    *self.op.row(tag, f"{tag}_r"))
+            if self.row_tag(s) == tag:
+                cw.line(f"const {ix} {tag}_r = {origin} + ({row});")
+            cw.line(f"const int {tag}_k = {kk};", f"const bool {tag}_in = {inside};")
+            if self.row_tag(s) == tag:
+                cw.line(*self.op.row(tag, f"{tag}_r"))
 
     def load(self, cw: CWriter, acc: str, k0: str, kcount: int, masked: bool,
              check: bool, ix: str) -> None:
@@ -341,7 +362,7 @@ class _Staging:
             with cw.block():
                 cw.line(f"const {ix} kk = {k0} + {tag}_k;")
                 with cw.block(f"if ({tag}_in && kk < {kcount})"):
-                    lines, off, valid = op.at(tag, "kk")
+                    lines, off, valid = op.at(self.row_tag(s), "kk")
                     cw.line(*lines)
                     value = widen(op.t, f"{op.ptr}[{off}]")
                     if valid is None:
