@@ -19,7 +19,8 @@ the ratio. Checks printed beside them:
   float64 result (``|got - ref| <= (K + 1) * 2**-23 * S``, ``S`` the same op on absolute values).
 
 ``--sweep`` times every tile shape (``tiled.tiles``) of the named layers (``set/layer``) at the
-first batch size, to tune ``tiled.choose``'s cost model. Kernels are compiled by NVRTC in
+first batch size and prints the 12 fastest and the cost model's choice, to tune
+``tiled.choose``. Kernels are compiled by NVRTC in
 parallel threads first (the CUBIN cache, ``--cache``, makes a second run start at once). Needs
 a GPU, torch, cuda-bindings and nvidia-cuda-nvrtc; exits 1 when a check fails.
 """
@@ -33,8 +34,9 @@ import re
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -155,14 +157,31 @@ def _cubin(job: tuple[str, str, str]) -> int:
     return len(build.compile_cubin(*job))
 
 
-def precompile(graphs: list[gradc.Graph], arch: str, cache: str) -> float:
-    """NVRTC for every graph in parallel processes (the CUBIN cache keeps them); seconds."""
+def precompile(graphs: list[gradc.Graph], arch: str, cache: str,
+               tiles: list[tiled.Tile | None] | None = None) -> float:
+    """NVRTC for every graph (each on its tile of ``tiles``, where given) in parallel
+    processes; the CUBIN cache keeps them for ``gradc.compile``. Returns seconds."""
     t0 = time.perf_counter()
-    jobs = [(str(gradc.artifact(g, "cuda", passes=None)), arch, cache) for g in graphs]
+    jobs = []
+    for i, g in enumerate(graphs):
+        with forced_tile(tiles[i] if tiles else None):
+            jobs.append((str(gradc.artifact(g, "cuda", passes=None)), arch, cache))
     spawn = multiprocessing.get_context("spawn")  # no CUDA state is forked
     with ProcessPoolExecutor(min(16, os.cpu_count() or 1), mp_context=spawn) as pool:
         list(pool.map(_cubin, jobs, chunksize=4))
     return time.perf_counter() - t0
+
+
+@contextmanager
+def forced_tile(tile: tiled.Tile | None) -> Iterator[None]:
+    """Every product generated inside takes ``tile`` (None: the cost model's choice)."""
+    orig = tiled.choose
+    if tile is not None:
+        tiled.choose = lambda p: tile
+    try:
+        yield
+    finally:
+        tiled.choose = orig
 
 
 def time_gradc(ex: gradc.Executable, reps: int) -> float:
@@ -274,27 +293,28 @@ def exact_checks(graphs: list[tuple[gradc.Graph, dict[str, tuple]]], cache: str,
     return ok
 
 
-def sweep(spec: str, n: int, args: argparse.Namespace, rng: np.random.Generator) -> None:
-    """Every tile shape of the named layers' kernels at batch ``n``."""
+def sweep(spec: str, n: int, args: argparse.Namespace, arch: str,
+          rng: np.random.Generator) -> None:
+    """Every tile shape of the named layers' kernels at batch ``n`` (the 12 fastest)."""
     for item in spec.split(","):
         set_name, layer_name = item.split("/")
         L = next(x for x in SETS[set_name] if x.name == layer_name)
         for kind in KINDS:
-            print(f"\nsweep {item} {kind} batch {n}: ms per tile")
             g, shapes = conv_graph(L, n, kind)
+            every: list[tiled.Tile | None] = [None, *tiled.tiles("float")]
+            precompile([g] * len(every), arch, args.cache, every)
             feeds = feeds_for(shapes, rng)
             results = []
-            for t in tiled.tiles("float"):
-                orig = tiled.choose
-                tiled.choose = lambda p, t=t: t
-                try:
+            for t in every:
+                with forced_tile(t):
                     ex = gradc.compile(g, target="cuda", passes=None, cache_dir=args.cache)
-                finally:
-                    tiled.choose = orig
                 ex(**feeds)
-                results.append((time_gradc(ex, args.reps), str(t)))
-            for sec, name in sorted(results)[:12]:
-                print(f"  {name:22} {sec * 1e3:.4f}")
+                name = f"{tile_of(ex)}{' (chosen)' if t is None else ''}"
+                results.append((time_gradc(ex, args.reps), name))
+            print(f"\nsweep {item} {kind} batch {n}: ms per tile, fastest first")
+            best = sorted(results)[:12]
+            for sec, name in best + [r for r in results if "chosen" in r[1] and r not in best]:
+                print(f"  {name:32} {sec * 1e3:.4f}", flush=True)
 
 
 def main() -> int:
@@ -358,7 +378,7 @@ def main() -> int:
         print(f"\nbatch {n}: convolution kernels sum {tg:.3f} ms (gradc), {tt:.3f} ms (torch), "
               f"ratio {tt / tg:.2f}")
     if args.sweep:
-        sweep(args.sweep, batches[0], args, rng)
+        sweep(args.sweep, batches[0], args, arch, rng)
     print(f"\nbench_gpu_gemm: {'PASSED' if ok else 'FAILED'}")
     return 0 if ok else 1
 
