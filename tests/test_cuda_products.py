@@ -204,3 +204,47 @@ def test_every_tile_fits_the_static_shared_memory_of_a_block():
     for acc in ("float", "double"):
         for t in tiled.tiles(acc):
             assert tiled.shared_bytes(t, acc) <= 48 * 1024, (acc, t)
+
+
+def _conv_net() -> gradc.Graph:
+    """Two convolutions (the second strided: its input gradient runs in phases) with biases
+    and relu, then a classifier gemm (trans_b, broadcast c): every product of a training step,
+    the input gradient of the first convolution aside (x is no parameter)."""
+    rng = np.random.default_rng(7)
+    g = gradc.Graph("conv_net")
+    x = g.input("x", "float32", (4, 3, 8, 8))
+
+    def param(name: str, shape: tuple[int, ...]) -> gradc.Value:
+        return g.add_parameter(name, (rng.standard_normal(shape) * 0.3).astype(np.float32))
+    pad = dict(start_padding=(1, 1), end_padding=(1, 1))
+    with g:
+        h = ops.relu(ops.convolution(x, param("w1", (8, 3, 3, 3)), param("b1", (1, 8, 1, 1)),
+                                     **pad))
+        h = ops.relu(ops.convolution(h, param("w2", (8, 8, 3, 3)), param("b2", (1, 8, 1, 1)),
+                                     strides=(2, 2), **pad))
+        h = ops.reshape(h, (4, 128))
+        g.output(ops.gemm(h, param("fc", (5, 128)), param("fb", (1, 5)), trans_b=True), "y")
+    return g
+
+
+@pytest.mark.parametrize("target", cuda_targets())
+def test_a_training_step_with_products_equals_the_c_target(target, tmp_path_factory):
+    """Three steps of a Trainer (SGD with momentum) on the cuda target: the losses and every
+    parameter are the C target's bits (on the GPU: within float32 rounding of them)."""
+    opt = gradc.optim.SGD(0.05, momentum=0.9)
+    extra = {"runtime": "host"} if target == "cuda-host" else {}
+    tc = gradc.Trainer(_conv_net(), opt, loss="cross_entropy", target="c")
+    tg = gradc.Trainer(_conv_net(), opt, loss="cross_entropy", target="cuda",
+                       cache_dir=str(tmp_path_factory.getbasetemp() / "cache"), **extra)
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        batch = {"x": rng.standard_normal((4, 3, 8, 8), dtype=np.float32),
+                 "labels": rng.integers(0, 5, 4)}
+        lc, lg = tc.step(**batch), tg.step(**batch)
+        assert lc == lg if target == "cuda-host" else abs(lc - lg) <= 1e-6 * abs(lc)
+    for name, want in tc.state_dict().items():
+        got = tg.state_dict()[name]
+        if target == "cuda-host":
+            assert_bits(got, want)
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
