@@ -18,9 +18,9 @@ the ratio. Checks printed beside them:
 - ``bound``: at full size every result is within SPEC-training.md §9.5's bound of PyTorch's
   float64 result (``|got - ref| <= (K + 1) * 2**-23 * S``, ``S`` the same op on absolute values).
 
-``--sweep`` times every tile shape (``tiled.tiles``) of the named layers (``set/layer``) at the
+``--sweep`` times every tile shape (``tiling.tiles``) of the named layers (``set/layer``) at the
 first batch size and prints the 12 fastest and the cost model's choice, to tune
-``tiled.choose``. Kernels are compiled by NVRTC in
+``tiling.choose``. Kernels are compiled by NVRTC in
 parallel threads first (the CUBIN cache, ``--cache``, makes a second run start at once). Needs
 a GPU, torch, cuda-bindings and nvidia-cuda-nvrtc; exits 1 when a check fails.
 """
@@ -44,7 +44,7 @@ import torch.nn.functional as F
 
 import gradc
 from gradc import ops
-from gradc.backends.cuda import build, tiled
+from gradc.backends.cuda import build, tiling
 from gradc.backends.cuda.target import default_cache_dir
 
 
@@ -158,7 +158,7 @@ def _cubin(job: tuple[str, str, str]) -> int:
 
 
 def precompile(graphs: list[gradc.Graph], arch: str, cache: str,
-               tiles: list[tiled.Tile | None] | None = None) -> float:
+               tiles: list[tiling.Tile | None] | None = None) -> float:
     """NVRTC for every graph (each on its tile of ``tiles``, where given) in parallel
     processes; the CUBIN cache keeps them for ``gradc.compile``. Returns seconds."""
     t0 = time.perf_counter()
@@ -173,15 +173,15 @@ def precompile(graphs: list[gradc.Graph], arch: str, cache: str,
 
 
 @contextmanager
-def forced_tile(tile: tiled.Tile | None) -> Iterator[None]:
+def forced_tile(tile: tiling.Tile | None) -> Iterator[None]:
     """Every product generated inside takes ``tile`` (None: the cost model's choice)."""
-    orig = tiled.choose
+    orig = tiling.choose
     if tile is not None:
-        tiled.choose = lambda p: tile
+        tiling.choose = lambda p: tile
     try:
         yield
     finally:
-        tiled.choose = orig
+        tiling.choose = orig
 
 
 def time_gradc(ex: gradc.Executable, reps: int) -> float:
@@ -305,7 +305,7 @@ def sweep(spec: str, n: int, args: argparse.Namespace, arch: str,
         L = next(x for x in SETS[set_name] if x.name == layer_name)
         for kind in KINDS:
             g, shapes = conv_graph(L, n, kind)
-            every: list[tiled.Tile | None] = [None, *tiled.tiles("float")]
+            every: list[tiling.Tile | None] = [None, *tiling.tiles("float")]
             precompile([g] * len(every), arch, args.cache, every)
             feeds = feeds_for(shapes, rng)
             results = []

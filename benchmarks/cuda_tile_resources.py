@@ -2,7 +2,7 @@
 
     python benchmarks/cuda_tile_resources.py [--dtypes float32,float64] [--arch sm_90]
 
-For each tile of ``tiled.tiles`` (and the direct kernel) the kernels of a gemm (plain: no
+For each tile of ``tiling.tiles`` (and the direct kernel) the kernels of a gemm (plain: no
 skipped terms) and of a padded 3x3 convolution's three products (forward, input gradient,
 filter gradient: skipped terms, so the masked path is there too) are compiled by NVRTC with the
 target's options plus ``--ptxas-options=-v``; the table lists ptxas's report: registers per
@@ -18,7 +18,7 @@ import re
 
 import gradc
 from gradc import ops
-from gradc.backends.cuda import build, rt, tiled
+from gradc.backends.cuda import build, rt, tiling
 from gradc.backends.cuda.emit import generate
 
 
@@ -48,7 +48,7 @@ def ptxas_report(source: str, arch: str) -> dict[str, tuple[int, int, int]]:
     return out
 
 
-def program(dtype: str, tile: tiled.Tile) -> str:
+def program(dtype: str, tile: tiling.Tile) -> str:
     """A gemm and a padded convolution with its two gradients, every product on ``tile``."""
     g = gradc.Graph("tiles")
     a, b = g.input("a", dtype, (256, 256)), g.input("b", dtype, (256, 256))
@@ -59,12 +59,12 @@ def program(dtype: str, tile: tiled.Tile) -> str:
     g.output(ops.convolution(x, w, **f), "fwd")
     g.output(ops.convolution(dy, w, direction="backward", **f), "dgrad")
     g.output(ops.convolution_filter_grad(x, dy, (64, 64, 3, 3), **f), "wgrad")
-    orig = tiled.choose
-    tiled.choose = lambda p: tile
+    orig = tiling.choose
+    tiling.choose = lambda p: tile
     try:
         return generate(g, {}).source
     finally:
-        tiled.choose = orig
+        tiling.choose = orig
 
 
 def main() -> None:
@@ -80,14 +80,14 @@ def main() -> None:
     kernels = ("k0", "k1", "k2", "k3")
     for dtype in args.dtypes.split(","):
         acc = "double" if dtype == "float64" else "float"
-        for t in [tiled.DIRECT, *tiled.tiles(acc)]:
+        for t in [tiling.DIRECT, *tiling.tiles(acc)]:
             rep = ptxas_report(program(dtype, t), args.arch)
             cells = [f"{r} / {s} / {m}" for r, s, m in (rep.get(k, (-1, 0, 0)) for k in kernels)]
             regs = max(rep[k][0] for k in kernels if k in rep)
             smem = max(rep[k][2] for k in kernels if k in rep)
             by_regs = 65536 // (256 * (-(-regs // 8) * 8)) if regs > 0 else 0
             by_smem = (227 * 1024) // smem if smem else 32
-            threads = 256 if t == tiled.DIRECT else t.threads
+            threads = 256 if t == tiling.DIRECT else t.threads
             print(f"| {dtype} | {t} | {threads} | {' | '.join(cells)} | {by_regs} / "
                   f"{min(by_smem, 32)} |", flush=True)
 

@@ -1,7 +1,7 @@
-"""gemm and convolution on the cuda target (backends/cuda/tiled.py): every tile shape, bit for bit.
+"""gemm and convolution on the cuda target (backends/cuda/tiled.py): every tile, bit for bit.
 
 The tile of each product is chosen at compile time from its shape; these tests force every tile
-the kernel can take (``tiled.tiles``, and the direct kernel) onto products whose M, N and K
+the kernel can take (``tiling.tiles``, and the direct kernel) onto products whose M, N and K
 leave partial tiles on every edge, with NaN, infinities and -0.0 in the data, and compare the
 results with the reference bit for bit (NaN payloads of sums aside, SPEC.md §1.6). They run on
 the host harness (``cuda-host``) and, with ``GRADC_TEST_CUDA``, on the GPU. NVRTC compiles every
@@ -19,7 +19,7 @@ import pytest
 import gradc
 from gradc import ops
 from gradc.backends.c.ctypes_map import ctype
-from gradc.backends.cuda import build, rt, tiled
+from gradc.backends.cuda import build, rt, tiling
 from gradc.backends.cuda.emit import generate
 from gradc.errors import UnsupportedError
 from gradc.ir.types import DType
@@ -62,20 +62,20 @@ def _products(dtype: str) -> tuple[gradc.Graph, dict[str, np.ndarray]]:
     return g, feeds
 
 
-def _features(t: tiled.Tile) -> set[tuple[str, object]]:
+def _features(t: tiling.Tile) -> set[tuple[str, object]]:
     """What changes a tiled kernel's text: the per-thread block, the computing threads' grid,
     the chunk depth, and whether the staging slots of A or B fill the block."""
     return {("block", (t.tm, t.tn)), ("grid", (t.bm // t.tm, t.tx)), ("bk", t.bk),
             ("partial A", t.bm * t.bk % 256 != 0), ("partial B", t.bn * t.bk % 256 != 0)}
 
 
-def _rounds(acc: str) -> list[list[tiled.Tile]]:
+def _rounds(acc: str) -> list[list[tiling.Tile]]:
     """Tiles of an accumulator type that together show every feature (greedy), and the direct
     kernel, four per round."""
-    left = set().union(*(_features(t) for t in tiled.tiles(acc)))
-    chosen = [tiled.DIRECT]
+    left = set().union(*(_features(t) for t in tiling.tiles(acc)))
+    chosen = [tiling.DIRECT]
     while left:
-        best = max(tiled.tiles(acc), key=lambda t: len(_features(t) & left))
+        best = max(tiling.tiles(acc), key=lambda t: len(_features(t) & left))
         chosen.append(best)
         left -= _features(best)
     return [chosen[i:i + 4] for i in range(0, len(chosen), 4)]
@@ -86,10 +86,10 @@ ROUNDS = [("float32", i) for i in range(len(_rounds("float")))] + \
 
 
 @pytest.fixture
-def forced(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tiled.Tile]]:
+def forced(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tiling.Tile]]:
     """The tiles the next products take, in order (the cost model is set aside)."""
-    queue: list[tiled.Tile] = []
-    monkeypatch.setattr(tiled, "choose", lambda p: queue.pop(0))
+    queue: list[tiling.Tile] = []
+    monkeypatch.setattr(tiling, "choose", lambda p: queue.pop(0))
     yield queue
 
 
@@ -143,22 +143,22 @@ def test_a_layer_without_skipped_terms_has_no_masked_path():
     assert "gc_bad" in _source(g)
 
 
-def _product(m: int, n: int, k: int, acc: str = "float") -> tiled.Product:
+def _product(m: int, n: int, k: int, acc: str = "float") -> tiling.Product:
     t = ctype(DType.float32 if acc == "float" else DType.float64)
-    op = tiled.Operand("p", t, "k", lambda tag, r: [], lambda tag, kk: ([], "0", None))
-    return tiled.Product(1, m, n, k, op, op, acc, lambda: [], lambda m_, n_, s: [])
+    op = tiling.Operand("p", t, "k", lambda tag, r: [], lambda tag, kk: ([], "0", None))
+    return tiling.Product(1, m, n, k, op, op, acc, lambda: [], lambda m_, n_, s: [])
 
 
 def test_the_tile_choice_follows_the_shape():
-    assert tiled.choose(_product(2, 500, 500)) == tiled.DIRECT  # a side of two rows
-    big = tiled.choose(_product(4096, 4096, 4096))
+    assert tiling.choose(_product(2, 500, 500)) == tiling.DIRECT  # a side of two rows
+    big = tiling.choose(_product(4096, 4096, 4096))
     assert (big.tm, big.tn) == (8, 8)  # large products: the most work per fragment read
-    small = tiled.choose(_product(512, 32, 4608))
+    small = tiling.choose(_product(512, 32, 4608))
     assert small.tm * small.tn <= 2  # few outputs, long sums: every output its own thread
-    few = tiled.choose(_product(16, 144, 32768))
+    few = tiling.choose(_product(16, 144, 32768))
     assert few.threads < 256  # the sums' chains set the time: few warps compute, all stage
     for acc in ("float", "double"):
-        for t in tiled.tiles(acc):
+        for t in tiling.tiles(acc):
             assert t.threads in (32, 64, 128, 256) and t.threads * t.tm * t.tn == t.bm * t.bn, t
             assert t.bm <= 128 and t.bn <= 128 and 256 % t.bk == 0, t
 
@@ -179,11 +179,11 @@ def test_nvrtc_compiles_every_fragment_shape(dtype, nvrtc_cache, forced):
     slots of each, gemm and masked convolutions in turn, and the direct kernel, through NVRTC
     (float16 differs only in its loads and stores: cuda_cases' programs compile it)."""
     acc = "double" if dtype == "float64" else "float"
-    shapes: dict[tuple[int, int, int], tiled.Tile] = {}
-    for t in sorted(tiled.tiles(acc), key=lambda t: (tiled.shared_bytes(t, acc),
+    shapes: dict[tuple[int, int, int], tiling.Tile] = {}
+    for t in sorted(tiling.tiles(acc), key=lambda t: (tiling.shared_bytes(t, acc),
                                                      (t.bm + t.bn) * t.bk)):
         shapes[(t.tm, t.tn, t.threads)] = t  # the largest last
-    tiles = [tiled.DIRECT, *shapes.values()]
+    tiles = [tiling.DIRECT, *shapes.values()]
     g = gradc.Graph(f"all_tiles_{dtype}")
     a = g.input("a", dtype, (21, 37))
     b = g.input("b", dtype, (37, 45))
@@ -202,8 +202,8 @@ def test_nvrtc_compiles_every_fragment_shape(dtype, nvrtc_cache, forced):
 
 def test_every_tile_fits_the_static_shared_memory_of_a_block():
     for acc in ("float", "double"):
-        for t in tiled.tiles(acc):
-            assert tiled.shared_bytes(t, acc) <= 48 * 1024, (acc, t)
+        for t in tiling.tiles(acc):
+            assert tiling.shared_bytes(t, acc) <= 48 * 1024, (acc, t)
 
 
 def _conv_net() -> gradc.Graph:

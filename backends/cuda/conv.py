@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 from gradc.backends.c.ctypes_map import ctype
 from gradc.backends.c.scalar import narrow, widen
-from gradc.backends.cuda import tiled
+from gradc.backends.cuda import tiled, tiling
 from gradc.backends.cuda.kernel import CudaKernel, row_major, static_shape
 
 
@@ -98,7 +98,7 @@ def emit_convolution(k: CudaKernel) -> None:
     co_all = L.ys[1]
     cig, cog = ci_all // L.g, co_all // L.g
     taps, px, po = _prod(kk_sizes), _prod(sx), _prod(so)
-    ix = tiled.index_type(_prod(L.xs), _prod(L.ws), _prod(L.ys), cig * taps)
+    ix = tiling.index_type(_prod(L.xs), _prod(L.ws), _prod(L.ys), cig * taps)
     xst = row_major(sx)
     pw, px_, py = k.param(w), k.param(x), k.param(y)
     a_op = _filter_forward(L, pw, t, cig, cog, taps, ix) if L.forward else \
@@ -137,7 +137,7 @@ def emit_convolution(k: CudaKernel) -> None:
         off = f"{tag}_x + {_terms([('ci', px)] + pos)}"
         return lines, off, " && ".join(checks) or None
 
-    b_op = tiled.Operand(px_, t, "r", b_row, b_at, 6.0 + 5.0 * L.nd)
+    b_op = tiling.Operand(px_, t, "r", b_row, b_at, 6.0 + 5.0 * L.nd)
     pb = k.param(bias) if bias is not None else ""
 
     def store(m: str, n: str, s: str) -> list[str]:
@@ -150,7 +150,7 @@ def emit_convolution(k: CudaKernel) -> None:
             lines.append(f"{py}[yo] = {narrow(t, s)};")
         return ["{", *("  " + x for x in lines), "}"]
 
-    tiled.emit(k, tiled.Product(L.g, cog, nb * po, cig * taps, a_op, b_op, t.acc,
+    tiled.emit(k, tiling.Product(L.g, cog, nb * po, cig * taps, a_op, b_op, t.acc,
                                 lambda: [], store, ix))
 
 
@@ -181,7 +181,7 @@ def _emit_phases(k: CudaKernel, L: _Layer, x: Any, w: Any, y: Any, bias: Any) ->
     phases, tm, q = _prod(L.s), _prod(width), _prod(grid)
     tabs = [k.table("int", [v for row in lists for v in row]) for lists, _ in geo]
     firsts = [k.table("int", f) for _, f in geo]
-    ix = tiled.index_type(_prod(L.xs), _prod(L.ws), _prod(L.ys), nb * q * phases * L.g)
+    ix = tiling.index_type(_prod(L.xs), _prod(L.ws), _prod(L.ys), nb * q * phases * L.g)
     xst, ost, kst = row_major(sx), row_major(so), row_major(ks)
     pw, px_, py = k.param(w), k.param(x), k.param(y)
 
@@ -240,14 +240,14 @@ def _emit_phases(k: CudaKernel, L: _Layer, x: Any, w: Any, y: Any, bias: Any) ->
                      f"* {po} + {at}] = {narrow(t, value)};")
         return ["{", *("  " + x for x in lines), "}"]
 
-    a_op = tiled.Operand(pw, t, "k", a_row, a_at, 6.0 + 3.0 * L.nd)
-    b_op = tiled.Operand(px_, t, "r", b_row, b_at, 6.0 + 7.0 * L.nd)
-    tiled.emit(k, tiled.Product(L.g * phases, cog, nb * q, cig * tm, a_op, b_op, t.acc, setup,
+    a_op = tiling.Operand(pw, t, "k", a_row, a_at, 6.0 + 3.0 * L.nd)
+    b_op = tiling.Operand(px_, t, "r", b_row, b_at, 6.0 + 7.0 * L.nd)
+    tiled.emit(k, tiling.Product(L.g * phases, cog, nb * q, cig * tm, a_op, b_op, t.acc, setup,
                                 store, ix))
 
 
 def _filter_forward(L: _Layer, pw: str, t: Any, cig: int, cog: int, taps: int,
-                    ix: str) -> tiled.Operand:
+                    ix: str) -> tiling.Operand:
     """``A`` of a forward convolution: ``W[z*cog + m, ci, tap']``, kk = ci * taps + tap."""
     def row(tag: str, r: str) -> list[str]:
         return [f"const {ix} {tag}_w = (({ix})z * {cog} + {r}) * {cig * taps};"]
@@ -257,11 +257,11 @@ def _filter_forward(L: _Layer, pw: str, t: Any, cig: int, cog: int, taps: int,
             return [], f"{tag}_w + {kk}", None
         return ([f"const {ix} jw = {kk} % {taps};"],
                 f"{tag}_w + {kk} + {taps - 1} - 2 * jw", None)
-    return tiled.Operand(pw, t, "k", row, at, 2.0)
+    return tiling.Operand(pw, t, "k", row, at, 2.0)
 
 
 def _filter_backward(L: _Layer, pw: str, t: Any, cig: int, cog: int, taps: int,
-                     ix: str) -> tiled.Operand:
+                     ix: str) -> tiling.Operand:
     """``A`` of a backward convolution: ``W[z*cig + ci, m, tap']``, the taps reversed:
     kk = ci * taps + (taps - 1 - tap); the mirrored filter reads tap ``kk % taps`` itself."""
     def row(tag: str, r: str) -> list[str]:
@@ -273,7 +273,7 @@ def _filter_backward(L: _Layer, pw: str, t: Any, cig: int, cog: int, taps: int,
         j = f"{kk} % {taps}" if L.flip else f"{taps - 1} - {kk} % {taps}"
         return ([f"const {ix} cw = {kk} / {taps};"],
                 f"{tag}_w + cw * {cog * taps} + {j}", None)
-    return tiled.Operand(pw, t, "k" if taps > 1 else "r", row, at, 3.0)
+    return tiling.Operand(pw, t, "k" if taps > 1 else "r", row, at, 3.0)
 
 
 def emit_filter_grad(k: CudaKernel) -> None:
@@ -289,7 +289,7 @@ def emit_filter_grad(k: CudaKernel) -> None:
     ca, cf = it[1] // L.g, other[1] // L.g
     sit, sot, ksz = it[2:], other[2:], ws[2:]
     taps, pi, po = _prod(ksz), _prod(sit), _prod(sot)
-    ix = tiled.index_type(_prod(L.xs), _prod(L.ws), _prod(ws), nb * pi)
+    ix = tiling.index_type(_prod(L.xs), _prod(L.ws), _prod(ws), nb * pi)
     ost = row_major(sot)
 
     def a_row(tag: str, r: str) -> list[str]:
@@ -323,14 +323,14 @@ def emit_filter_grad(k: CudaKernel) -> None:
         off = f"{first} + {_terms(pos)}"
         return lines, off, " && ".join(checks) or None
 
-    a_op = tiled.Operand(pit, t, "k", a_row, a_at, 3.0)
-    b_op = tiled.Operand(pother, t, "k", b_row, b_at, 5.0 + 5.0 * L.nd)
+    a_op = tiling.Operand(pit, t, "k", a_row, a_at, 3.0)
+    b_op = tiling.Operand(pother, t, "k", b_row, b_at, 5.0 + 5.0 * L.nd)
     pw = k.param(dw)
 
     def store(m: str, n: str, s: str) -> list[str]:
         return [f"{pw}[(({ix})z * {ca} + {m}) * {cf * taps} + {n}] = {narrow(t, s)};"]
 
-    tiled.emit(k, tiled.Product(L.g, ca, cf * taps, nb * pi, a_op, b_op, t.acc,
+    tiled.emit(k, tiling.Product(L.g, ca, cf * taps, nb * pi, a_op, b_op, t.acc,
                                 lambda: [], store, ix))
 
 

@@ -18,7 +18,7 @@ from gradc.ir.core import Value
 
 from gradc.backends.c.ctypes_map import ctype, float_literal
 from gradc.backends.c.scalar import narrow, widen
-from gradc.backends.cuda import tiled
+from gradc.backends.cuda import tiled, tiling
 from gradc.backends.cuda.kernel import CudaKernel, row_major, static_shape
 
 
@@ -53,7 +53,7 @@ def emit_gemm(k: CudaKernel) -> None:
     m, n = ysh[-2], ysh[-1]
     kd = ash[-2] if ta else ash[-1]
     z = _prod(batch)
-    ix = tiled.index_type(*(_prod(s) for s in (ash, bsh, ysh, csh)), kd, m * n)
+    ix = tiling.index_type(*(_prod(s) for s in (ash, bsh, ysh, csh)), kd, m * n)
     pa, pb, py = k.param(a), k.param(b), k.param(y)
 
     def setup() -> list[str]:
@@ -65,12 +65,12 @@ def emit_gemm(k: CudaKernel) -> None:
         return lines + ["(void)za; (void)zb;"]
 
     # op(a)[m, kk]: a[m, kk] (kk contiguous) or a[kk, m] (m contiguous)
-    a_op = tiled.Operand(
+    a_op = tiling.Operand(
         pa, t, "r" if ta else "k",
         lambda tag, r: [f"const {ix} {tag}_o = za + {r}{'' if ta else f' * {kd}'};"],
         lambda tag, kk: ([], f"{tag}_o + {kk}{f' * {m}' if ta else ''}", None), 2.0)
     # op(b)[kk, n]: b[kk, n] (n contiguous) or b[n, kk] (kk contiguous)
-    b_op = tiled.Operand(
+    b_op = tiling.Operand(
         pb, t, "k" if tb else "r",
         lambda tag, r: [f"const {ix} {tag}_o = zb + {r}{f' * {kd}' if tb else ''};"],
         lambda tag, kk: ([], f"{tag}_o + {kk}{'' if tb else f' * {n}'}", None), 2.0)
@@ -87,7 +87,7 @@ def emit_gemm(k: CudaKernel) -> None:
         return ["{", *("  " + x for x in lines),
                 f"  {py}[zy + {mm} * {n} + {nn}] = {narrow(t, 'v')};", "}"]
 
-    tiled.emit(k, tiled.Product(z, m, n, kd, a_op, b_op, acc, setup, store, ix))
+    tiled.emit(k, tiling.Product(z, m, n, kd, a_op, b_op, acc, setup, store, ix))
 
 
 def _prod(sizes: Sequence[int]) -> int:

@@ -16,9 +16,10 @@ The tiled kernel (``emit_tiled``), one block of 256 threads per ``BM x BN`` tile
   chunk (widened to ``ACC``; neighbouring threads read neighbouring elements along the operand's
   ``fast`` index, so the loads coalesce) into shared memory, double-buffered: the next chunk is
   read into registers while the current one is multiplied, then stored, one barrier a chunk;
-- each thread keeps a ``TM x TN`` block of sums in registers and reads its ``A`` and ``B``
-  fragments with 8- or 16-byte shared loads; for each ``kk`` of the chunk in order it adds
-  ``A[i] * B[j]`` to sum ``(i, j)``: the order of every sum is ``kk`` ascending;
+- each computing thread keeps a ``TM x TN`` block of sums in registers and reads its ``A`` and
+  ``B`` fragments with 16-byte shared loads (``_Frag``: rows at one kk, or consecutive kk of
+  one row); for each ``kk`` of the chunk in order it adds ``A[i] * B[j]`` to sum ``(i, j)``: the
+  order of every sum is ``kk`` ascending;
 - a skipped term is staged as ``B = 0``: a sum starts at +0 and an IEEE sum is -0 only when both
   terms are, so it never is, and ``s + (+-0) = s``, provided the other factor is finite
   (``inf * 0`` is NaN). The staging threads flag a chunk whose ``A`` holds a NaN or an infinity
@@ -30,194 +31,23 @@ The direct kernel (``emit_direct``, a thread per output element, its terms read 
 memory in order, skipped terms not multiplied) serves products with a side of at most two rows
 (a depthwise convolution's groups, a matrix-vector product), where a tile would be mostly empty.
 
-Tile sizes are chosen per problem at compile time (shapes are static) by ``choose``: a small cost
-model of an H200 (132 SMs; FP32 add and multiply each at 128 lanes a clock per SM, FP64 at
-half) that trades the work per thread (``TM x TN`` sums per fragment read) against filling the
-SMs: large products get 128x128 tiles of 8x8 sums per thread, small ones down to 16x16 tiles of
-one sum per thread. The canonical order fixes each sum as a serial chain over ``K``, so a product
-with few outputs and a long ``K`` cannot use more threads than outputs (no split of ``K``).
+The tile of each product is chosen at compile time by ``tiling.choose`` (``tiling.py``: the
+product's description, the tile shapes, the cost model).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
-from gradc.backends.c.ctypes_map import CType
 from gradc.backends.c.scalar import widen
 from gradc.backends.c.writer import CWriter
+from gradc.backends.cuda import tiling
 from gradc.backends.cuda.kernel import BLOCK, CudaKernel
-
-PAD = 4  # elements added to each shared row: staging stores along K spread over the banks
-SMS = 132  # the H200's multiprocessors (the cost model's only device facts are here)
-LANES = 128  # FP32 lanes per SM (FP64: half)
-REGS = 65536  # registers per SM
-SHARED = 227 * 1024  # shared memory per SM a kernel may use
-SHARED_BLOCK = 48 * 1024  # static shared memory of one block
-INT31 = (1 << 31) - 1
-CHUNK_LATENCY = 500  # clocks: a chunk's loads from L2 must hide behind the previous chunk
-
-Lines = list[str]
-
-
-@dataclass
-class Operand:
-    """One factor of the product, as a thread reaches its elements.
-
-    ``row(tag, r)`` declares what depends only on the operand's row ``r`` (``m`` for ``A``,
-    ``n`` for ``B``; a C expression) with names starting ``tag``, once per output tile;
-    ``at(tag, kk)`` gives the lines, offset and validity (None: always valid) of element
-    ``(r, kk)`` inside a block of its own. ``fast``: ``"k"`` when neighbouring ``kk`` are
-    neighbours in memory (the threads stage along K), ``"r"`` when neighbouring rows are.
-    """
-
-    ptr: str
-    t: CType
-    fast: str
-    row: Callable[[str, str], Lines]
-    at: Callable[[str, str], tuple[Lines, str, str | None]]
-    cost: float = 4.0  # integer instructions to find one element (the cost model's)
-
-
-@dataclass
-class Product:
-    """``Z`` products of ``M x N`` outputs, each a sum of ``K`` terms, and their epilogue.
-
-    ``setup()`` declares what depends on the problem index ``z`` (a C variable); ``store(m, n,
-    acc)`` the lines that finish and store output ``(m, n)`` from its sum ``acc``.
-    """
-
-    z: int
-    m: int
-    n: int
-    k: int
-    a: Operand
-    b: Operand
-    acc: str  # "float" or "double"
-    setup: Callable[[], Lines]
-    store: Callable[[str, str, str], Lines]
-    ix: str = "int"  # the index type: int, or int64_t when an index may pass 2**31 - 1
-
-
-@dataclass(frozen=True)
-class Tile:
-    """``BM x BN`` outputs per block, ``BK`` terms per staged chunk, ``TM x TN`` per thread."""
-
-    bm: int
-    bn: int
-    bk: int
-    tm: int
-    tn: int
-
-    @property
-    def tx(self) -> int:
-        """Threads along N."""
-        return self.bn // self.tn
-
-    @property
-    def threads(self) -> int:
-        """Threads that compute sums (the block's others only stage chunks)."""
-        return (self.bm // self.tm) * self.tx
-
-    def __str__(self) -> str:
-        if self.bk == 1:
-            return "direct"
-        return f"{self.bm}x{self.bn}x{self.bk}/{self.tm}x{self.tn}"
-
-
-DIRECT = Tile(1, 1, 1, 1, 1)  # the direct kernel (a thread per output)
-GRIDS = ((16, 16), (8, 32), (32, 8), (4, 64), (64, 4))  # threads along (M, N): 256 each
-# Fewer threads computing, one to four warps, for products of few outputs and long sums: a
-# sum's serial chain then sets the time, and the other warps stage the chunks.
-FEW = ((8, 4), (4, 8), (8, 8), (16, 8), (8, 16))
-PER_THREAD = {"float": (1, 2, 4, 8), "double": (1, 2, 4)}
-
-
-def index_type(*counts: int) -> str:
-    """``int`` when every count (elements of an operand, outputs, ...) fits in 31 bits with room
-    to spare (rows past the last tile's edge form offsets a little past an operand's end)."""
-    return "int" if 2 * max(counts) + (1 << 20) <= INT31 else "int64_t"
-
-
-def tiles(acc: str) -> list[Tile]:
-    """Every tile shape the kernel takes for an accumulator type."""
-    out = []
-    for gy, gx in GRIDS + FEW:
-        for tm in PER_THREAD[acc]:
-            for tn in PER_THREAD[acc]:
-                bm, bn = gy * tm, gx * tn
-                if (max(bm, bn) <= 128 and 1 / 4 <= tm / tn <= 4
-                        and (gy * gx == BLOCK or max(tm, tn) <= 2)):
-                    s = bm + bn  # deeper chunks where a chunk is little work
-                    bk = (8 if s >= 128 else 16 if s >= 64 else 32 if s >= 48 else
-                          64 if s > 12 else 128)
-                    while shared_bytes(Tile(bm, bn, bk, tm, tn), acc) > SHARED_BLOCK:
-                        bk //= 2
-                    out.append(Tile(bm, bn, bk, tm, tn))
-    return out
-
-
-def shared_bytes(t: Tile, acc: str, masked: bool = True) -> int:
-    """The static shared memory of a tile's kernel: two chunks of A and B (``_Frag``), and
-    the masks and flags of a product with skipped terms."""
-    total = 0
-    for rows, n in ((t.bm, t.tm), (t.bn, t.tn)):
-        f = _Frag("a", rows, n, "", acc, t.bk)
-        total += 2 * (t.bk * (rows + PAD) if f.kmajor else rows * (t.bk + PAD)) * f.word
-    return total + (2 * t.bk * t.bn + 8 if masked else 0)
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def cost(p: Product, t: Tile) -> float:
-    """Estimated clocks of the busiest SM (see the module docstring)."""
-    word = 2 if p.acc == "double" else 1
-    if t == DIRECT:
-        outs = p.z * p.m * p.n
-        per_sm = _cdiv(outs, SMS)
-        per_term = 2 * word + p.a.cost + p.b.cost + 6  # two global reads through L1
-        return _cdiv(per_sm, BLOCK) * p.k * max(8 * per_term / 4, per_term + 24)
-    blocks = p.z * _cdiv(p.m, t.bm) * _cdiv(p.n, t.bn)
-    regs = word * (t.tm * t.tn + t.tm + t.tn) + 48
-    shared = shared_bytes(t, p.acc)
-    occupancy = max(1, min(REGS // (BLOCK * regs), SHARED // shared, 8))
-    waves = _cdiv(blocks, SMS * occupancy)
-    resident = min(occupancy, _cdiv(blocks, SMS))  # blocks on the busiest SM
-    warps = resident * _cdiv(t.threads, 32)  # of them computing
-    # shared loads of one warp per kk and their wavefronts (128 bytes each): a warp's threads
-    # share a row of A per ty and of B per tx
-    loads = wf = 0.0
-    for n, rows, nd in ((t.tm, t.bm, max(1, 32 // t.tx)), (t.tn, t.bn, min(32, t.tx))):
-        f = _Frag("a", rows, n, "", p.acc, t.bk)
-        each = f.r if f.kmajor else n / f.v
-        loads += each
-        wf += each * max(1.0, nd * 16 / 128)
-    fp = 2 * t.tm * t.tn  # warp instructions a kk (FP64 issues at half the rate)
-    staging = ((t.bm * (p.a.cost + 2) + t.bn * (p.b.cost + 3)) * t.bk / BLOCK + 40) / t.bk
-    issue = warps * (fp * word + loads) + resident * BLOCK // 32 * staging  # all schedulers
-    # a computing warp's own chain: its instructions, or the dependent additions (4 clocks)
-    per_kk = max(issue / 4, warps * wf, fp + loads + staging + 2, 4 * 1.15,
-                 CHUNK_LATENCY / t.bk)
-    return waves * _cdiv(p.k, t.bk) * t.bk * per_kk
-
-
-def choose(p: Product) -> Tile:
-    """The cheapest tile for a product (``DIRECT`` when a side has at most two rows); of tiles
-    that cost about the same, the one that computes fewer outputs past the edges."""
-    if min(p.m, p.n) <= 2:
-        return DIRECT
-
-    def key(t: Tile) -> float:
-        padded = _cdiv(p.m, t.bm) * t.bm * _cdiv(p.n, t.bn) * t.bn
-        return cost(p, t) * (1.2 - 0.2 * p.m * p.n / padded)
-    return min(tiles(p.acc), key=key)
-
+from gradc.backends.cuda.tiling import DIRECT, PAD, Lines, Operand, Product, Tile, cdiv
 
 def emit(k: CudaKernel, p: Product, tile: Tile | None = None) -> Tile:
     """Write the kernel of ``p`` (tiled, or direct); returns the tile used."""
-    t = tile or choose(p)
+    t = tile or tiling.choose(p)
     k.code.comment(f"{p.z} x ({p.m} x {p.n}) sums of {p.k} terms; tile {t}")
     if t == DIRECT:
         emit_direct(k, p)
@@ -264,10 +94,7 @@ class _Frag:
 
     def __init__(self, side: str, rows: int, n: int, var: str, acc: str, bk: int) -> None:
         self.side, self.rows, self.n, self.var, self.acc, self.bk = side, rows, n, var, acc, bk
-        self.word = 8 if acc == "double" else 4  # bytes per element
-        self.v = 16 // self.word  # elements per 16-byte vector
-        self.kmajor = n >= self.v
-        self.r = n // self.v if self.kmajor else n  # vectors read per kk (per group)
+        self.kmajor, self.v, self.r = tiling.layout(n, acc)  # r: vectors read per kk (group)
         self.s = rows // self.r if self.kmajor else 0
         self.name, self.vec = f"gc_{side}s", f"gc_v{side}"
 
@@ -317,7 +144,7 @@ class _Staging:
     def __init__(self, name: str, op: Operand, frag: _Frag, count: int) -> None:
         self.name, self.op, self.frag, self.count = name, op, frag, count
         self.rows, self.bk = frag.rows, frag.bk
-        self.slots = _cdiv(self.rows * self.bk, BLOCK)
+        self.slots = cdiv(self.rows * self.bk, BLOCK)
         self.partial = (self.rows * self.bk) % BLOCK != 0
 
     def positions(self, s: int) -> tuple[str, str]:
@@ -391,9 +218,9 @@ def emit_tiled(k: CudaKernel, p: Product, t: Tile) -> None:
     masked = _masked(p)
     fa = _Frag("a", t.bm, t.tm, "ty", acc, t.bk)
     fb = _Frag("b", t.bn, t.tn, "tx", acc, t.bk)
-    mt, nt = _cdiv(p.m, t.bm), _cdiv(p.n, t.bn)
+    mt, nt = cdiv(p.m, t.bm), cdiv(p.n, t.bn)
     count = p.z * mt * nt
-    chunks = _cdiv(p.k, t.bk)
+    chunks = cdiv(p.k, t.bk)
     sta, stb = _Staging("a", p.a, fa, p.m), _Staging("b", p.b, fb, p.n)
     k.work = min(count, 1 << 30) * BLOCK
     cw.line(*fa.declarations(), *fb.declarations())
