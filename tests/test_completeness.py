@@ -45,9 +45,6 @@ REFUSED: dict[tuple[str, str, str], str] = {}
 # needs an entry here (or in REFUSED) until it has one.
 _CUDA_NEXT = "issue 28 item 4, kernel families still to write for the cuda target: "
 PENDING: dict[tuple[str, str], str] = {
-    **{("cuda", op): _CUDA_NEXT + "gemm and convolution as tiled shared-memory kernels summing "
-       "each output in the canonical order" for op in
-       ("gemm", "convolution", "convolution_filter_grad")},
     **{("cuda", op): _CUDA_NEXT + "batch normalization with per-channel sums in the canonical "
        "order" for op in ("batch_normalization", "batch_normalization_grad",
                           "batch_normalization_training", "batch_normalization_training_grad")},

@@ -26,6 +26,7 @@ from gradc.backends.plan import (Buffer, Memory, Plan, Sizes, assign_buffers, fl
 from gradc.backends.c.ctypes_map import Dims, ctype
 from gradc.backends.c.writer import CWriter
 from gradc.backends.cuda import elementwise, gather, pool, reduce, resample, slice_grad
+from gradc.backends.cuda import conv, gemm
 from gradc.backends.cuda.kernel import BLOCK, CudaKernel, grid
 from gradc.backends.cuda.prelude import PRELUDE
 
@@ -34,7 +35,7 @@ Emitter = Callable[[CudaKernel], None]
 
 def _emitters() -> dict[str, Emitter]:
     table: dict[str, Emitter] = {}
-    for family in (elementwise, gather, pool, resample, slice_grad, reduce):
+    for family in (elementwise, gather, pool, resample, slice_grad, reduce, gemm, conv):
         table.update(family.EMITTERS)
     return table
 
