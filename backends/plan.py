@@ -24,7 +24,7 @@ is asked through ``KernelTraits``; nothing here knows a target's kernels.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol, Sequence
+from typing import Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from gradc.errors import ResourceError
 
 from gradc.ir.core import Graph, Node, Value
 from gradc.ir.fused import anchors_group, violations
+from gradc.ir.ops.registry import get_op
 from gradc.ir.types import MAX_BYTES, Dim, fmt_bytes
 
 
@@ -445,3 +446,84 @@ def plan_arena(lives: Mapping[str, tuple[int, int, int]]) -> tuple[dict[str, int
         offsets[b] = off
         total = max(total, off + size)
     return offsets, total
+
+
+# -- Kernels that may raise an input error run before the first in-place write ---------------
+
+
+def raises(graph_nodes: Sequence[Node]) -> bool:
+    """True when a node (or a fused body's node) may raise an input error when run."""
+    for n in graph_nodes:
+        if n.body is not None:
+            if raises(n.body.nodes):
+                return True
+        elif n.op != "constant" and get_op(n.op).raises_input_error:
+            return True
+    return False
+
+
+def barriers(nodes: Sequence[Node], resolve: Callable[[Value], Value]) -> set[Node]:
+    """The kernels that may raise an input error when they run: every checking kernel but one
+    whose indices an earlier kernel already checked against a size no larger (the backward's
+    ``gather_grad`` of a token embedding reads the forward ``gather``'s indices: it cannot
+    fail once that passed, so it need not hold the updates of the other parameters back)."""
+    seen: list[tuple[Value, Dim]] = []
+    out: set[Node] = set()
+    for n in nodes:
+        if not raises([n]):
+            continue
+        if n.body is not None:  # (no checking op fuses today)
+            out.add(n)
+            continue
+        idx = resolve(n.inputs[get_op(n.op).operands.index("indices")])
+        axis = n.attrs["axis"]
+        size = n.inputs[0].type.shape[axis] if n.op == "gather" else \
+            n.attrs["output_sizes"][axis]
+        if not any(v is idx and _no_larger(d, size) for v, d in seen):
+            out.add(n)
+        seen.append((idx, size))
+    return out
+
+
+def _no_larger(a: Dim, b: Dim) -> bool:
+    """``a <= b`` for certain: equal dims, or two ints."""
+    return a == b or (isinstance(a, int) and isinstance(b, int) and a <= b)
+
+
+def checks_first(nodes: list[Node], writers: Mapping[Node, Sequence[int]],
+                 reads: Mapping[Node, set[Node]], checks: set[Node]) -> set[int]:
+    """Move each in-place writer after the last kernel of ``checks`` (those that may raise an
+    input error), where no kernel in between reads its results; returns the output indices
+    whose in-place write cannot move (their grant is dropped: they get buffers of their own).
+
+    ``writers``: kernel -> the outputs it writes in place; ``reads``: kernel -> the kernels
+    whose results it reads."""
+    dropped: set[int] = set()
+    for w, outs in writers.items():
+        last = max((i for i, n in enumerate(nodes) if n in checks), default=-1)
+        pos = nodes.index(w)
+        if pos > last:
+            continue
+        if any(w in reads.get(n, set()) for n in nodes[pos + 1:last + 1]):
+            dropped.update(outs)
+            continue
+        nodes.remove(w)
+        nodes.insert(last, w)  # just after the last checking kernel (which moved up by one)
+    return dropped
+
+
+
+def checks_before_writes(graph: Graph, plan: Plan, granted: dict[int, int]) -> dict[int, int]:
+    """Every kernel that may raise an input error (``gather``'s range check) runs before the
+    first in-place write, so that a call that raises leaves its inputs as they were
+    (``checks_first``); a write that cannot move loses its grant."""
+    if not granted or not raises(plan.nodes):
+        return granted
+    outs = [plan.resolve(v) for v in graph.outputs]
+    writers: dict[Node, list[int]] = {}
+    for j in granted:
+        writers.setdefault(outs[j].producer, []).append(j)  # type: ignore[arg-type]
+    reads = {n: {plan.resolve(u).producer for u in n.inputs} for n in plan.nodes}
+    checks = barriers(plan.nodes, plan.resolve)
+    dropped = checks_first(plan.nodes, writers, reads, checks)  # type: ignore[arg-type]
+    return {j: i for j, i in granted.items() if j not in dropped}

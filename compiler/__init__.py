@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from gradc import optim
     from gradc.training import training_step
     from gradc.trainer import Trainer
+    from gradc.torch_frontend import from_torch
 
 __version__ = "0.1.0"
 
@@ -36,6 +37,7 @@ _LAZY = {
     "from_onnx": "gradc.api",
     "to_onnx": "gradc.api", "optimize": "gradc.passes", "Optimized": "gradc.passes",
     "optim": "gradc.optim", "training_step": "gradc.training", "Trainer": "gradc.trainer",
+    "from_torch": "gradc.torch_frontend",
 }
 
 __all__ = [
@@ -43,6 +45,7 @@ __all__ = [
     "Graph", "Node",
     "Value", "DType", "TensorType", "ops", "parse", "compile", "Executable", "optimize",
     "Optimized", "grad", "grad_names", "from_onnx", "to_onnx", "optim", "training_step", "Trainer",
+    "from_torch",
 ]
 
 

@@ -32,6 +32,7 @@ from gradc.errors import GradcError, UnsupportedError
 from gradc.executable import check_sizes, memory_limit
 from gradc.ir.core import Graph, Value
 from gradc.ir.types import TensorType
+from gradc.ir.ops.gather import index_size
 from gradc.ir.ops.registry import get_op, make_node
 
 TARGETS = tuple(k for k in ALL_TARGETS if k != "reference")  # each compared with the reference
@@ -50,6 +51,7 @@ def random_inputs(g: Graph, shapes: Mapping[str, int],
     bindings = {s: shapes.get(s, 2) for v in g.inputs for s in v.type.symbols}
     check_sizes(g, bindings, memory_limit())
     rng = np.random.default_rng(seed)
+    limits = _index_limits(g, bindings)
     out = {}
     for v in list(g.inputs) + [p for p in g.parameters if p.value is None]:
         shape = tuple(shapes.get(d, 2) if isinstance(d, str) else d for d in v.type.shape)
@@ -60,8 +62,21 @@ def random_inputs(g: Graph, shapes: Mapping[str, int],
             out[v.name] = rng.integers(0, 2, shape).astype(dt)
         else:
             info = np.iinfo(dt)
-            out[v.name] = rng.integers(max(info.min, -100), min(info.max, 100) + 1, shape,
-                                       dtype=dt)
+            lo, hi = max(info.min, -100), min(info.max, 100)
+            if v in limits:  # indices of a gather: within range (SPEC-transformers §26.3)
+                lo, hi = max(lo, -limits[v]), min(hi, limits[v] - 1)
+            out[v.name] = rng.integers(lo, hi + 1, shape, dtype=dt)
+    return out
+
+
+def _index_limits(g: Graph, bindings: Mapping[str, int]) -> dict[Value, int]:
+    """The inputs that ops checking their indices when run read as ``indices`` (gather), and
+    the smallest size their values must lie within (``-size..size-1``)."""
+    out: dict[Value, int] = {}
+    for n in g.nodes:
+        if n.body is None and n.op != "constant" and get_op(n.op).raises_input_error:
+            v = n.inputs[get_op(n.op).operands.index("indices")]
+            out[v] = min(out.get(v, index_size(n, bindings)), index_size(n, bindings))
     return out
 
 

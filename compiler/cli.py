@@ -25,6 +25,7 @@ from gradc.ir.types import MAX_DIM
 from gradc.ir.parser import parse
 from gradc.passes import instruments_from_flags
 from gradc.show import show
+from gradc.torch_frontend import load_pt2
 from gradc.ir.verify import verify
 
 EXIT_USAGE = 2
@@ -53,14 +54,16 @@ def load_parameters(path: str | None) -> dict[str, np.ndarray] | None:
 
 
 def load_graph(path: str, parameters: str | None = None) -> Graph:
-    """Read a graph from ``example:NAME``, a ``.onnx`` file or a text-IR file (whose parameter
-    values come from the ``parameters`` .npz file; without it, they have none)."""
+    """Read a graph from ``example:NAME``, a ``.onnx`` file, a ``.pt2`` file (written by
+    ``torch.export.save``; read with ``gradc.from_torch``'s translation) or a text-IR file
+    (whose parameter values come from the ``parameters`` .npz file; without it, they have
+    none)."""
     if path.startswith("example:"):
         return example(path[len("example:"):])
     check_input_file(path)
-    if path.endswith(".onnx"):
+    if path.endswith((".onnx", ".pt2")):
         try:
-            return from_onnx(path)
+            return from_onnx(path) if path.endswith(".onnx") else load_pt2(path)
         except GradcError as e:
             if str(e).startswith(path):
                 raise
@@ -275,7 +278,8 @@ def _instruments(args: argparse.Namespace) -> list:
 
 # -- argument parsing ------------------------------------------------------------------------
 def _common(p: argparse.ArgumentParser, passes: bool = False) -> None:
-    p.add_argument("file", help="a .onnx file, a text-IR file, or example:NAME")
+    p.add_argument("file", help="a .onnx file, a .pt2 file (torch.export.save), a text-IR "
+                                "file, or example:NAME")
     p.add_argument("--parameters", metavar="FILE.npz",
                    help="values of a text-IR file's parameters (the text holds none)")
     p.add_argument("--shape", action="append", metavar="NAME=SIZE",

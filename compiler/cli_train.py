@@ -190,7 +190,8 @@ def _batch_size(args: argparse.Namespace, inputs: list) -> tuple[int, bool]:
         if args.batch_size is not None and args.batch_size != b:
             raise TrainCliError(f"--batch-size {args.batch_size}: the model's inputs have a "
                                 f"fixed batch of {b} (export it with a symbolic batch, e.g. "
-                                f"dynamic_axes, to train with other sizes)")
+                                f"torch.export's dynamic_shapes or torch.onnx's dynamic_axes, "
+                                f"to train with other sizes)")
         return b, True
     return (DEFAULT_BATCH if args.batch_size is None else args.batch_size), False
 
@@ -417,7 +418,7 @@ def add_parsers(sub: Any, seed: Any, load_graph: Any, write_graph: Any) -> None:
     """Register ``train-step`` and ``train`` on the ``gradc`` subparsers."""
     p = sub.add_parser("train-step", help="write a model's training step (forward, loss, "
                                           "gradients, optimizer) as ONNX for onnxruntime")
-    p.add_argument("file", help="a .onnx file, a text-IR file, or example:NAME")
+    p.add_argument("file", help="a .onnx or .pt2 file, a text-IR file, or example:NAME")
     p.add_argument("--parameters", metavar="FILE.npz",
                    help="values of a text-IR file's parameters")
     p.add_argument("-o", "--output", required=True, help="output file (.onnx, or text IR)")
@@ -430,7 +431,8 @@ def add_parsers(sub: Any, seed: Any, load_graph: Any, write_graph: Any) -> None:
                               "infinite (nothing written); 2 bad input, flags or data (nothing "
                               "written); 130 interrupted (Ctrl-C; only files already written "
                               "whole remain)")
-    p.add_argument("file", help="a .onnx file exported in training mode")
+    p.add_argument("file", help="a .pt2 file (torch.export.save of a module in train()) or "
+                                "a .onnx file exported in training mode")
     p.add_argument("--data", required=True, metavar="DATA.npz",
                    help="one array per model input and one for labels/target, examples on "
                         "the first axis")

@@ -27,7 +27,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from gradc.api import compile, to_onnx
+from gradc.api import compile
+from gradc.backends.onnx.target import to_onnx
 from gradc.errors import InputError, UnsupportedError
 from gradc.files import check_input_file, write_bytes_atomically
 from gradc.ir import builders as B
@@ -202,13 +203,42 @@ class Trainer:
 
         The weights are initializers only, not also graph inputs as ``gradc.to_onnx`` lists
         parameters: a deployed model's weights are constants (onnxruntime then folds them, and
-        does not warn about initializers that a caller could override)."""
-        model = to_onnx(self.inference_graph())
-        weights = {t.name for t in model.graph.initializer}
-        kept = [v for v in model.graph.input if v.name not in weights]
-        del model.graph.input[:]
-        model.graph.input.extend(kept)
+        does not warn about initializers that a caller could override). The exporter drops them
+        from the inputs before it seals the model with its digest, so ``from_onnx`` reads the
+        file back through the embedded graph."""
+        model = to_onnx(self.inference_graph(), weights_as_inputs=False)
         write_bytes_atomically(path, model.SerializeToString())
+
+    # -- PyTorch (gradc.from_torch) ---------------------------------------------------------
+    def to_torch(self, module: Any) -> Any:
+        """Copy the trained parameters and state (running statistics, ``num_batches_tracked``)
+        into a ``torch.nn.Module`` by ``state_dict`` name, in place; returns the module.
+
+        Every name is checked (present in the module, same dtype and shape) before anything is
+        copied. A tied weight is one parameter here and one tensor in the module: copied once.
+        """
+        from gradc.torch_frontend import import_torch  # lazy: torch is an optional extra
+        torch = import_torch()
+        if not isinstance(module, torch.nn.Module):
+            raise InputError(f"Trainer.to_torch: module: expected a torch.nn.Module, got "
+                             f"{type(module).__name__}")
+        targets = dict(module.state_dict(keep_vars=True))
+        targets.update(module.named_buffers())  # non-persistent buffers the forward updates
+        missing = [n for n in self._model_names if n not in targets]
+        if missing:
+            raise InputError(f"Trainer.to_torch: the module has no parameter or buffer named "
+                             f"{missing[0]!r} (a graph from gradc.from_torch of this module's "
+                             f"class names its parameters by state_dict)")
+        for name in self._model_names:
+            t, a = targets[name], self._state[name]
+            if tuple(t.shape) != a.shape or str(t.dtype) != f"torch.{a.dtype}":
+                raise InputError(f"Trainer.to_torch: {name!r}: the module's tensor is "
+                                 f"{str(t.dtype).replace('torch.', '')} {tuple(t.shape)}, the "
+                                 f"trained one {a.dtype} {a.shape}")
+        with torch.no_grad():
+            for name in self._model_names:
+                targets[name].copy_(torch.from_numpy(self._state[name].copy()))
+        return module
 
     def __repr__(self) -> str:
         return (f"<Trainer {self.graph.name} target={self.target} "

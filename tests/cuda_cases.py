@@ -304,6 +304,89 @@ def philox() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
     return g, {"s": carry, "w": wrap}
 
 
+def gemms(dtype: str) -> Case:
+    """gemm: broadcast batch axes with alpha and a broadcast c; both transposes; beta 0 (c not
+    read: its NaN does not reach the result); a matrix-vector product (the direct kernel); M, N
+    and K prime, so every edge of the tiles is partial; NaN, infinities and -0.0 in the data."""
+    def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+        rng = np.random.default_rng(RNG_SEED)
+        shapes = {"a": (2, 1, 37, 11), "b": (1, 3, 11, 29), "c": (2, 1, 1, 29),
+                  "at": (13, 19), "bt": (23, 13), "ct": (19, 23), "v": (13, 1)}
+
+        def fn(a, b, c, at, bt, ct, v):
+            return {"mm0": ops.gemm(a, b, c, alpha=0.5, beta=2.0),
+                    "mm1": ops.gemm(at, bt, ct, trans_a=True, trans_b=True, beta=-1.5),
+                    "mm2": ops.gemm(at, bt, ct, trans_a=True, trans_b=True, alpha=3.0, beta=0.0),
+                    "mm3": ops.gemm(bt, v, None)}
+        g = _graph(f"gemm_{dtype}", {k: (dtype, s) for k, s in shapes.items()}, fn)
+        feeds = {k: _special(rng, dtype, s) for k, s in shapes.items()}
+        return g, feeds
+    return make
+
+
+def convolutions(dtype: str) -> Case:
+    """convolution in both directions and convolution_filter_grad: asymmetric padding, strides,
+    dilations, groups, the mirrored filter (mode="convolution"), a bias, output_padding, a
+    depthwise layer (the direct kernel), a 1x1 layer without padding (no skipped term); NaN
+    and infinities in the filters (the masked path: a product with padding is skipped, never
+    0 * inf)."""
+    def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+        rng = np.random.default_rng(RNG_SEED)
+        shapes = {"x": (2, 4, 7, 6), "w": (6, 2, 3, 2), "b": (1, 6, 1, 1),
+                  "wt": (4, 3, 3, 3), "wd": (4, 1, 3, 3), "w1": (5, 4, 1, 1)}
+        fwd = dict(strides=(2, 1), dilations=(1, 2), start_padding=(2, 1), end_padding=(0, 1),
+                   group_count=2, mode="convolution")
+        bwd = dict(direction="backward", strides=(2, 3), start_padding=(1, 0),
+                   end_padding=(0, 1), output_padding=(1, 2))
+        dep = dict(start_padding=(1, 1), end_padding=(1, 1), group_count=4)
+
+        def fn(x, w, b, wt, wd, w1, dy, dyt, dyd):
+            return {"cv0": ops.convolution(x, w, b, **fwd),
+                    "cv1": ops.convolution(x, wt, None, **bwd),
+                    "cv2": ops.convolution(x, wd, None, **dep),
+                    "cv3": ops.convolution(x, w1, None),
+                    "fg0": ops.convolution_filter_grad(x, dy, (6, 2, 3, 2), **fwd),
+                    "fg1": ops.convolution_filter_grad(x, dyt, (4, 3, 3, 3), **bwd),
+                    "fg2": ops.convolution_filter_grad(x, dyd, (4, 1, 3, 3), **dep)}
+        probe = _graph("p", {k: (dtype, s) for k, s in shapes.items()},
+                       lambda x, w, b, wt, wd, w1: {
+                           "a": ops.convolution(x, w, b, **fwd),
+                           "t": ops.convolution(x, wt, None, **bwd),
+                           "d": ops.convolution(x, wd, None, **dep)})
+        for k, v in zip(("dy", "dyt", "dyd"), probe.outputs):
+            shapes[k] = tuple(int(d) for d in v.type.shape)
+        g = _graph(f"conv_{dtype}", {k: (dtype, s) for k, s in shapes.items()}, fn)
+        return g, {k: _special(rng, dtype, s) for k, s in shapes.items()}
+    return make
+
+
+def convolutions_nd(nd: int) -> Case:
+    """1-d and 3-d convolutions (float32), forward with padding, backward with dilation, and
+    their filter gradients."""
+    def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+        rng = np.random.default_rng(RNG_SEED)
+        sp = (5, 4, 3)[:nd] if nd == 3 else (9,)
+        x_s, w_s = (2, 3) + sp, (4, 3) + (2,) * nd
+        one = (1,) * nd
+        fwd = dict(start_padding=one, end_padding=(0,) * nd, strides=(2,) * nd)
+        bwd = dict(direction="backward", dilations=(2,) * nd, start_padding=one,
+                   end_padding=one)
+        probe = _graph("p", {"x": ("float32", x_s), "w": ("float32", w_s),
+                             "wt": ("float32", (3, 4) + (2,) * nd)},
+                       lambda x, w, wt: {"a": ops.convolution(x, w, **fwd),
+                                         "t": ops.convolution(x, wt, **bwd)})
+        dy_s, dyt_s = (tuple(int(d) for d in v.type.shape) for v in probe.outputs)
+
+        def fn(x, w, wt, dy, dyt):
+            return {"cv0": ops.convolution(x, w, **fwd), "cv1": ops.convolution(x, wt, **bwd),
+                    "fg0": ops.convolution_filter_grad(x, dy, w_s, **fwd),
+                    "fg1": ops.convolution_filter_grad(x, dyt, (3, 4) + (2,) * nd, **bwd)}
+        shapes = {"x": x_s, "w": w_s, "wt": (3, 4) + (2,) * nd, "dy": dy_s, "dyt": dyt_s}
+        g = _graph(f"conv{nd}d", {k: ("float32", s) for k, s in shapes.items()}, fn)
+        return g, {k: _special(rng, "float32", s) for k, s in shapes.items()}
+    return make
+
+
 def tiny_cnn() -> gradc.Graph:
     """A model whose training step uses only ops of the cuda target (no gemm): a per-channel
     scale and bias, relu, max pooling, a mean, class scores by broadcasting, cross entropy."""
@@ -329,6 +412,10 @@ for _d in FLOATS:
     CASES[f"resample_linear_{_d}"] = resampling(_d, "linear", (1, 1, 2.0, 1.5))
     CASES[f"resample_nearest_{_d}"] = resampling(_d, "nearest", (1, 1, 0.5, 2.5))
     CASES[f"reductions_{_d}"] = reductions(_d)
+    CASES[f"gemm_{_d}"] = gemms(_d)
+    CASES[f"convolution_{_d}"] = convolutions(_d)
+CASES["convolution_1d_float32"] = convolutions_nd(1)
+CASES["convolution_3d_float32"] = convolutions_nd(3)
 for _d in ("int8", "uint16", "int32", "uint64", "int64"):
     CASES[f"integers_{_d}"] = integer_chain(_d)
 CASES["movements_int8"] = movements("int8")
@@ -354,7 +441,8 @@ CASES["philox"] = philox
 
 # Outputs computed by a sum of NaN-producing terms: a NaN must match a NaN, its payload is not
 # specified (SPEC.md §1.6).
-SUMMED = {"dx", "alone", "s02", "s1", "sall", "mean", "y", "yc",
+SUMMED = {"dx", "alone", "s02", "s1", "sall", "mean", "y", "yc", "mm0", "mm1", "mm2", "mm3",
+          "cv0", "cv1", "cv2", "cv3", "fg0", "fg1", "fg2",
           "var", "ds", "db", "gx", "gs", "gb", "yi", "yp", "yd", "dxp", "dxc"}
 # Outputs of transcendental functions: within SPEC-training §9.5's ulps of the reference (libm's
 # and the GPU's double exp/log may differ from NumPy's by an ulp before rounding to the dtype);

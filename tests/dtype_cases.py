@@ -219,6 +219,17 @@ CASES: dict[str, Case] = {
     **{op: _unary(op) for op in ("neg", "relu", "exp", "sigmoid", "tanh", "erf", "sin", "cos",
                                  "is_nan")},
     "gelu": lambda d, inp: [ops.gelu(inp(d, (2, 3))), ops.gelu(inp(d, (2, 3)), "tanh")],
+    "mean_variance_normalization": lambda d, inp: [
+        ops.mean_variance_normalization(inp(d, (2, 3, 4)), inp(d, (4,)), inp(d, (4,))),
+        ops.mean_variance_normalization(inp(d, (2, 3, 4)), inp(d, (3, 1)), None, axes=(1, 2),
+                                        use_mean=False)],
+    "mean_variance_normalization_grad": lambda d, inp: list(
+        ops.mean_variance_normalization_grad(inp(d, (2, 3, 4)), inp(d, (2, 3, 4)), inp(d, (4,)))),
+    "gather": lambda d, inp: [ops.gather(inp(d, (3, 4)), inp("int64", (2, 2), low=-3, high=2)),
+                              ops.gather(inp(d, (3, 4)), inp("int32", (3,), low=0, high=3),
+                                         axis=1)],
+    "gather_grad": lambda d, inp: [ops.gather_grad(inp(d, (2, 2, 4)),
+                                                   inp("int64", (2, 2), low=-3, high=2), (3, 4))],
     "gelu_grad": lambda d, inp: [ops.gelu_grad(inp(d, (2, 3)), inp(d, (2, 3))),
                                  ops.gelu_grad(inp(d, (2, 3)), inp(d, (2, 3)), "tanh")],
     "log": _unary("log", low=0.25), "sqrt": _unary("sqrt", low=0),

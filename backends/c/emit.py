@@ -19,8 +19,8 @@ import numpy as np
 
 from gradc.errors import UnsupportedError
 from gradc.ir.core import Graph, Node, Value, parameters_as_inputs
-from gradc.backends.plan import (Memory, Plan, Sizes, assign_buffers, flatten, hoist_sinks,
-                                 plan_arena, plan_in_place)
+from gradc.backends.plan import (Memory, Plan, Sizes, assign_buffers, checks_before_writes,
+                                 flatten, hoist_sinks, plan_arena, plan_in_place, raises)
 
 from gradc.backends.c import elementwise_math as math_kernels
 from gradc.backends.c import reduce as reduce_kernels
@@ -29,6 +29,8 @@ from gradc.backends.c import conv as conv_kernels
 from gradc.backends.c import gemm as gemm_kernels
 from gradc.backends.c import batch_norm as batch_norm_kernels
 from gradc.backends.c import training as training_kernels
+from gradc.backends.c import normalization as normalization_kernels
+from gradc.backends.c import gather as gather_kernels
 from gradc.backends.c.kernel import Kernel
 from gradc.backends.c.pool import emit_max_pooling, emit_max_pooling_grad
 from gradc.backends.c.resample import emit_resample, emit_resample_grad
@@ -56,6 +58,8 @@ def _emitters() -> dict[str, Emitter]:
     table.update(gemm_kernels.EMITTERS)
     table.update(batch_norm_kernels.EMITTERS)
     table.update(training_kernels.EMITTERS)
+    table.update(normalization_kernels.EMITTERS)
+    table.update(gather_kernels.EMITTERS)
     return table
 
 
@@ -162,6 +166,7 @@ def generate(graph: Graph, shapes: Mapping[str, int] | None = None,
     dims = Dims(symbols, dict(shapes or {}))
     hoist_sinks(plan)
     granted = plan_in_place(graph, plan, in_place or {}, KERNELS)
+    granted = checks_before_writes(graph, plan, granted)
     memory = assign_buffers(graph, plan, granted, KERNELS)
     return _Builder(graph, plan, dims, memory, symbols, granted, profile).build()
 
@@ -218,9 +223,13 @@ class _Builder:
         entry = CWriter()
         self._entry(entry, steps)  # plans the arena, which the header reports
         w = CWriter()
-        _header(w, g, self.symbols, self.dims, self.in_place, self.arena_bytes)
+        _header(w, g, self.symbols, self.dims, self.in_place, self.arena_bytes,
+                raises(self.plan.nodes))
         w.blank()
         w.line(*PRELUDE.splitlines())
+        if raises(self.plan.nodes):  # the record of a run-time input error
+            w.blank()
+            w.line(*gather_kernels.ERROR_RECORD.splitlines())
         if self.statics:
             w.blank()
             w.line(*self.statics)
@@ -437,7 +446,8 @@ def _slot(b: str) -> str:
 
 
 def _header(w: CWriter, g: Graph, symbols: list[str], dims: Dims,
-            in_place: Mapping[int, int], arena: int | None = None) -> None:
+            in_place: Mapping[int, int], arena: int | None = None,
+            checks: bool = False) -> None:
     """Write the calling convention of ``gradc_entry``, so the file can be used on its own.
 
     No user name appears, even in this comment: arrays are described by position, dtype and
@@ -462,6 +472,9 @@ def _header(w: CWriter, g: Graph, symbols: list[str], dims: Dims,
                   if j in in_place else "") for j, v in enumerate(g.outputs)),
               "  nt: OpenMP threads (<= 0: OpenMP's default)",
               "  returns 0, or non-zero when a temporary buffer could not be allocated.",
+              *(["  returns 2 when an input value is out of range (an index; nothing is "
+                 "written): gradc_error(int64_t out[12]) gives op, value, size, rank, "
+                 "position"] if checks else []),
               "int gradc_entry_arena(const int64_t *S, void *const *A, int nt, void *arena)",
               "  the same, with the intermediate values in a caller's arena of "
               "gradc_arena_bytes() bytes",

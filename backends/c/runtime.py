@@ -11,6 +11,7 @@ import numpy as np
 
 from gradc.errors import GradcError, InputError
 from gradc.ir.core import Value
+from gradc.backends.c.gather import INPUT_ERROR, RECORD, describe
 
 
 class CRunner:
@@ -93,6 +94,10 @@ class CRunner:
                 self._arena_lock.release()
         else:
             rc = self.fn(sym.ctypes.data, ptrs, self.threads)
+        if rc == INPUT_ERROR:  # an index out of range, found before anything was written
+            record = (ctypes.c_int64 * RECORD)()
+            self.lib.gradc_error(record)
+            raise InputError(describe(list(record)))
         if rc != 0:
             # A kernel's scratch allocation failed: the Executable reports it as a ResourceError
             # naming the graph's largest value and its bytes.

@@ -27,6 +27,7 @@ from gradc.backends.c.ctypes_map import Dims, ctype
 from gradc.backends.c.writer import CWriter
 from gradc.backends.cuda import elementwise, gather, pool, reduce, resample, slice_grad
 from gradc.backends.cuda import average_pooling, batch_norm, training
+from gradc.backends.cuda import conv, gemm
 from gradc.backends.cuda.kernel import BLOCK, CudaKernel, grid
 from gradc.backends.cuda.prelude import PRELUDE
 
@@ -35,7 +36,7 @@ Emitter = Callable[[CudaKernel], None]
 
 def _emitters() -> dict[str, Emitter]:
     table: dict[str, Emitter] = {}
-    for family in (elementwise, gather, pool, resample, slice_grad, reduce,
+    for family in (elementwise, gather, pool, resample, slice_grad, reduce, gemm, conv,
                    batch_norm, average_pooling, training):
         table.update(family.EMITTERS)
     return table

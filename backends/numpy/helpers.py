@@ -49,6 +49,12 @@ def _keep(mask, v, out=None):
 '''
 
 
+_INPUT_ERROR = '''\
+class InputError(ValueError):
+    """Input values this graph cannot take (an index out of range): nothing was computed."""
+'''
+
+
 def _acc_dtype_source() -> str:
     """``_acc_dtype``: the ACC table of ``gradc.ir.ops.common`` keyed by dtype name."""
     rows = "".join(f"    {d.value!r}: np.{t.__name__},\n" for d, t in common.ACC.items())
@@ -125,10 +131,10 @@ def _copy(name: str, func: Callable) -> str:
     return f"{origin}def {name}({ast.unparse(args)}):\n{body}\n"
 
 
-FIXED = ("_product", "_acc_dtype", "_keep")  # written here, not copied
 # Standard-library modules a copied helper may use: the module imports them when it does (the
 # C library's erf, which NumPy lacks, is ``math.erf``).
 STDLIB = ("math",)
+FIXED = ("_product", "_acc_dtype", "_keep", "InputError")  # written here, not copied
 _FUNCS: dict[str, Callable] = {}  # helper name -> the function it copies (filled on demand)
 
 
@@ -144,6 +150,8 @@ def _source(name: str) -> str:
         return _PRODUCT
     if name == "_keep":
         return _KEEP
+    if name == "InputError":  # raised by copies of references that check values (gather)
+        return _INPUT_ERROR
     if name == "_acc_dtype":
         return _acc_dtype_source()
     if name not in _FUNCS:

@@ -21,7 +21,7 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from gradc.errors import GradcError, UnsupportedError
+from gradc.errors import GradcError, InputError, UnsupportedError
 from gradc.ir.core import Graph, Node, parameters_as_inputs
 
 from gradc.backends.numpy.emit import EMITTERS
@@ -134,10 +134,19 @@ class NumpyRunner:
         namespace: dict[str, Any] = {"__name__": "gradc_numpy_generated"}
         exec(compile(source, "<gradc numpy>", "exec"), namespace)
         self.fn = namespace[fname]
+        # The module's own InputError (a range check of a copied reference) is gradc's.
+        self.input_error: Any = namespace.get("InputError", _NeverRaised)
 
     def __call__(self, arrays: Mapping[str, np.ndarray],
                  bindings: Mapping[str, int]) -> dict[str, np.ndarray]:
-        return dict(self.fn(*(arrays[n] for n in self.names)))
+        try:
+            return dict(self.fn(*(arrays[n] for n in self.names)))
+        except self.input_error as e:
+            raise InputError(str(e)) from None
+
+
+class _NeverRaised(Exception):
+    """Stands for the InputError of a module that defines none."""
 
 
 class NumpyTarget:

@@ -79,6 +79,7 @@ class OnnxGraphBuilder:
         self._symbols: dict[str, tuple[Tensor, int]] = {}
         self._dims: dict[str, Tensor] = {}
         self._node_names: set[str] = set()
+        self.renamed: dict[str, str] = {}  # old -> new tensor name (``rename``)
 
     # -- names, nodes, constants --------------------------------------------------------
     def fresh(self, hint: str) -> str:
@@ -126,11 +127,18 @@ class OnnxGraphBuilder:
 
     def rename(self, old: str, new: str, start: int) -> None:
         """Rename a tensor in the nodes added since index ``start``."""
+        self.renamed[old] = new
         for node in self.nodes[start:]:
             for seq in (node.input, node.output):
                 for i, n in enumerate(seq):
                     if n == old:
                         seq[i] = new
+
+    def final_name(self, name: str) -> str:
+        """The name a tensor has now, after the renames since it was made."""
+        while name in self.renamed:
+            name = self.renamed[name]
+        return name
 
     # -- symbolic dims ------------------------------------------------------------------
     def add_symbol_source(self, t: Tensor) -> None:

@@ -89,6 +89,13 @@ class OpDef:
     - ``transcendental``: the result comes from a transcendental function (SPEC-training.md
       §9.5): a target using another library than the reference's NumPy (the C target's libm)
       may differ by a few ulps, so ``gradc check`` holds it to a tolerance there.
+    - ``neutral_operands``: optional operands that may be left out before a later one that is
+      given (``mean_variance_normalization``'s scale when only a bias is): the builder passes
+      a constant of this value in their place (the first operand's dtype, shape ``(1,)``),
+      which leaves the result as without it (a product by 1 is exact).
+    - ``raises_input_error``: the op checks its operands' values when it runs (``gather``'s
+      indices) and raises ``InputError`` without producing anything; a target that writes
+      state in place runs every such op before its first write.
     """
 
     name: ClassVar[str]
@@ -107,6 +114,8 @@ class OpDef:
     # Trailing operands that may be left out (``convolution``'s bias, ``gemm``'s c): the
     # builder takes None for them and the node then has fewer inputs.
     optional_operands: ClassVar[tuple[str, ...]] = ()
+    neutral_operands: ClassVar[Mapping[str, float]] = {}
+    raises_input_error: ClassVar[bool] = False
 
     @property
     def anchors(self) -> bool:
@@ -152,6 +161,8 @@ def register(cls: type[OpDef]) -> type[OpDef]:
     unknown = cls.traits - TRAITS
     if unknown:
         raise RuntimeError(f"operator {cls.name}: unknown traits {sorted(unknown)}")
+    if not set(cls.neutral_operands) <= set(cls.optional_operands):
+        raise RuntimeError(f"operator {cls.name}: neutral_operands must be optional operands")
     if cls.anchor_operand is not None and cls.anchor_operand not in cls.operands:
         raise RuntimeError(f"operator {cls.name}: anchor_operand {cls.anchor_operand!r} is not "
                            "an operand")

@@ -1,0 +1,79 @@
+"""Import time of a PyTorch model: ``gradc.from_torch`` against the ONNX path.
+
+For each model of tests/real_models.py at full width (batch 2, 224x224; the MLP 3x32x32), in
+training mode: ``from_torch`` split into its steps (``torch.export.export``,
+``run_decompositions`` to core ATen, the translation), and the ONNX path (the TorchScript
+training export to bytes, then ``gradc.from_onnx``). Medians of ``--repeat`` runs, one torch
+thread. Usage: ``python benchmarks/bench_import.py [--models resnet18 ...] [--repeat 3]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+import gradc
+from gradc.torch_frontend import decompose
+from gradc.torch_translate import TorchTranslator
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+import real_models as rm  # noqa: E402
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    t = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t, out
+
+
+def from_torch_steps(model: Any, x: Any) -> dict[str, float]:
+    """Seconds of each step of ``from_torch``."""
+    t_export, program = _timed(lambda: torch.export.export(model, (x,)))
+    t_decomp, core = _timed(lambda: decompose(program))
+    t_translate, g = _timed(lambda: TorchTranslator(torch, core, "m", {}).run())
+    return {"export": t_export, "decompose": t_decomp, "translate": t_translate,
+            "from_torch": t_export + t_decomp + t_translate, "nodes": len(g.nodes)}
+
+
+def onnx_steps(model: Any, x: Any) -> dict[str, float]:
+    """Seconds of the TorchScript training export and of ``from_onnx``."""
+    t_export, blob = _timed(lambda: rm.export(copy.deepcopy(model), "ts_train", x, None))
+    t_import, g = _timed(lambda: gradc.from_onnx(blob))
+    return {"onnx export": t_export, "from_onnx": t_import, "onnx path": t_export + t_import,
+            "onnx nodes": len(g.nodes)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=["resnet18", "mobilenet_v2", "mlp"])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--size", type=int, default=224)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")
+    cols = ["export", "decompose", "translate", "from_torch", "onnx export", "from_onnx",
+            "onnx path"]
+    print(f"| model | {' | '.join(cols)} | from_torch / onnx path | gradc nodes (torch, onnx) |")
+    print("|---" * (len(cols) + 3) + "|")
+    for name in args.models:
+        model, shape = rm.make(name, 1, size=args.size)
+        model.train()
+        x = torch.randn(2, *shape)
+        runs = [{**from_torch_steps(model, x), **onnx_steps(model, x)}
+                for _ in range(args.repeat)]
+        med = {k: statistics.median(r[k] for r in runs) for k in cols}
+        cells = " | ".join(f"{med[k]:.2f} s" for k in cols)
+        print(f"| {name} | {cells} | {med['from_torch'] / med['onnx path']:.2f}x | "
+              f"{runs[0]['nodes']}, {runs[0]['onnx nodes']} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,294 @@
+"""gradc.from_torch, operator by operator: small modules through the ATen table (issue 27).
+
+Each case is a module whose exported program holds the ATen operators named in its id; its
+gradc graph, on the reference target, gives PyTorch's outputs and (for random cotangents) the
+gradients torch.autograd gives with respect to the inputs and every parameter, in float64
+(``torch_modules.check``). The real models are in test_from_torch_models.py; the inputs,
+parameters, state, outputs and errors of the translation are in test_from_torch_io.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradc
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+from torch_modules import Fn, check, rand  # noqa: E402  (needs torch)
+
+import gradc.torch_translate  # noqa: E402,F401  (registers every converter of the table)
+from gradc.torch_ops import ATEN, Converter  # noqa: E402
+
+A = torch.ops.aten
+SEEN: set[str] = set()  # ATen converters that built a graph in this module's tests
+RAN: set[str] = set()  # the cases that ran (test_every_converter_is_exercised runs the rest)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def record_converters():
+    """Every converter of the table, wrapped to record that it built something."""
+    saved = dict(ATEN)
+    assert len(saved) > 50, "the table is registered (gradc.torch_translate imported)"
+
+    def recording(name, build):
+        def run(n, ctx):
+            out = build(n, ctx)
+            SEEN.add(name)
+            return out
+        return run
+
+    for name, conv in saved.items():
+        ATEN[name] = Converter(recording(name, conv.build))
+    yield
+    ATEN.clear()
+    ATEN.update(saved)
+
+
+def _seq(*layers: nn.Module) -> nn.Module:
+    return nn.Sequential(*layers).double().train()
+
+
+CASES = {
+    # convolution: every overload decomposes to aten.convolution.default
+    "conv1d": (lambda: _seq(nn.Conv1d(4, 6, 3, stride=2, padding=1, dilation=2)), (2, 4, 11)),
+    "conv2d_groups": (lambda: _seq(nn.Conv2d(4, 6, 3, padding=2, groups=2, bias=False)),
+                      (2, 4, 7, 6)),
+    "conv_transpose2d": (lambda: _seq(nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1,
+                                                         output_padding=1, groups=2)),
+                         (2, 4, 5, 5)),
+    "conv3d": (lambda: _seq(nn.Conv3d(2, 3, 2, stride=(1, 2, 1))), (1, 2, 4, 5, 3)),
+    # batch normalization, training mode (running statistics compared too) and eval
+    "batch_norm1d_rank2": (lambda: _seq(nn.Linear(5, 4), nn.BatchNorm1d(4, momentum=0.3)),
+                           (6, 5)),
+    "batch_norm1d_rank3_no_affine": (lambda: _seq(nn.BatchNorm1d(3, affine=False)),
+                                     (4, 3, 5)),
+    "batch_norm2d_no_stats": (lambda: _seq(nn.BatchNorm2d(3, track_running_stats=False)),
+                              (2, 3, 4, 4)),
+    "batch_norm2d_eval": (lambda: _seq(nn.Conv2d(3, 3, 1), nn.BatchNorm2d(3)).eval(),
+                          (2, 3, 4, 4)),
+    # pooling
+    "max_pool2d_ceil_dilation": (lambda: _seq(nn.MaxPool2d(3, 2, 1, dilation=1,
+                                                           ceil_mode=True)), (2, 3, 8, 7)),
+    "max_pool1d": (lambda: _seq(nn.MaxPool1d(2)), (2, 3, 8)),
+    "avg_pool2d_ceil_include_pad": (lambda: _seq(nn.AvgPool2d(3, 2, 1, ceil_mode=True)),
+                                    (2, 3, 8, 7)),
+    "avg_pool2d_exclude_pad": (lambda: _seq(nn.AvgPool2d(3, 2, 1, count_include_pad=False)),
+                               (2, 3, 7, 7)),
+    "adaptive_avg_pool2d": (lambda: _seq(nn.AdaptiveAvgPool2d(1)), (2, 3, 5, 4)),
+    "adaptive_avg_pool2d_2x2": (lambda: _seq(nn.AdaptiveAvgPool2d(2)), (2, 3, 6, 4)),
+    # upsampling, through resample
+    "upsample_nearest_scale": (lambda: _seq(nn.Upsample(scale_factor=2)), (2, 3, 3, 4)),
+    "upsample_nearest_size": (lambda: _seq(nn.Upsample(size=(7, 5))), (2, 3, 3, 4)),
+    "upsample_nearest_exact": (lambda: _seq(nn.Upsample(size=(7, 5), mode="nearest-exact")),
+                               (2, 3, 3, 4)),
+    "upsample_bilinear": (lambda: _seq(nn.Upsample(scale_factor=2, mode="bilinear")),
+                          (2, 3, 3, 4)),
+    "upsample_bilinear_align_corners": (lambda: _seq(nn.Upsample(size=(7, 5), mode="bilinear",
+                                                                 align_corners=True)),
+                                        (2, 3, 3, 4)),
+    "upsample_linear1d": (lambda: _seq(nn.Upsample(scale_factor=3, mode="linear")), (2, 3, 4)),
+    "pool_resample_overloads": (lambda: _fn(lambda m, x: (
+        A.avg_pool3d(x, [2, 2, 2]), A.max_pool3d_with_indices(x, [2, 2, 2])[0],
+        A._adaptive_avg_pool2d(x[0], [2, 2]), A.upsample_nearest2d.default(x[0], [6, 8]),
+        A.upsample_nearest1d.vec(x[0, 0], None, [2.0]), A.upsample_nearest1d.default(x[0, 0], [7]),
+        A.upsample_linear1d.default(x[0, 0], [7], True),
+        A._upsample_nearest_exact1d.vec(x[0, 0], [7], None),
+        A._upsample_nearest_exact1d.default(x[0, 0], [7]),
+        A._upsample_nearest_exact2d.default(x[0], [7, 5]))), (1, 2, 4, 4, 4)),
+    # matrix products
+    "linear_rank3": (lambda: _seq(nn.Linear(5, 3)), (2, 4, 5)),
+    "linear_no_bias": (lambda: _seq(nn.Linear(5, 3, bias=False)), (4, 5)),
+    # activations, softmax, dropout with p = 0
+    "activations": (lambda: _seq(nn.Linear(6, 6), nn.ReLU6(), nn.Linear(6, 6), nn.LeakyReLU(0.2),
+                                 nn.Linear(6, 6), nn.Tanh(), nn.Linear(6, 6), nn.SiLU(),
+                                 nn.Linear(6, 6), nn.Hardswish(), nn.Linear(6, 6), nn.Sigmoid(),
+                                 nn.Linear(6, 6), nn.ELU(), nn.Softmax(1)), (3, 6)),
+    "log_softmax_dropout0": (lambda: _seq(nn.Linear(6, 5), nn.Dropout(0.0), nn.LogSoftmax(-1)),
+                             (3, 6)),
+}
+
+
+# gradc's resample computes coordinates and weights in float32 (SPEC.md §6.1) also for float64
+# data: scales that are no powers of two part from PyTorch's float64 weights by ~1e-7.
+FLOAT32_WEIGHTS = {"upsample_bilinear_align_corners", "upsample_linear1d"}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_module_matches_pytorch(name):
+    make, shape = CASES[name]
+    torch.manual_seed(0)
+    check(make(), rand(*shape), rel=1e-6 if name in FLOAT32_WEIGHTS else 1e-10)
+    RAN.add(name)
+
+
+def _fn(fn, **params):
+    return Fn(fn, **params).double().train()
+
+
+FUNCTIONS = {
+    "elementwise_scalars_alpha": (lambda m, x, y: (torch.add(x, y, alpha=2) - 3 * x) / (y * y + 1)
+                                  + torch.sub(2.5, x) - x.neg().exp() + (x * x + 1).log()
+                                  + (x * x + 1).sqrt() + (x * x + 1).rsqrt() + x.pow(3)
+                                  + (y * y + 1).reciprocal() + x.abs(), 2),
+    "clamp_max_min_where": (lambda m, x, y: torch.where(x > y, x.clamp(-0.5, 0.7),
+                                                         torch.maximum(x, y))
+                            + torch.minimum(x, y) * (x <= 0.1) + x.clamp(min=0.0)
+                            + torch.where(x != y, 1.0, x), 2),
+    "masks_logic": (lambda m, x, y: torch.where((x > 0) & (y < 0) | ~(x == y), x, y)
+                    + torch.where(torch.logical_not(x >= y), y, 0.0), 2),
+    "int_promotion": (lambda m, x: x * torch.arange(4) + (x > 0).long() * 2
+                      + ((x > 0).long() >= 0.5) * x, 1),
+    "reductions": (lambda m, x: (x.sum(1, keepdim=True), x.mean((0, 1)), x.amax(1),
+                                    x.amin(0), x.max(1).values, x.var(1), x.std(0),
+                                    x.sum(), (x > 0).any(1), x.mean()), 1),
+    "movement": (lambda m, x, y: (torch.cat([x, y, x], 1), x.transpose(0, 1).reshape(4, 3),
+                                  x.unsqueeze(1).expand(3, 2, 4), x[:, 1:3], x[1], x[:, ::2],
+                                  x.view(3, 2, 2).permute(2, 0, 1), x.flatten(),
+                                  x.unsqueeze(0).squeeze(0), x.repeat(2, 1),
+                                  F.pad(x, (1, 2)), torch.stack([x, y])), 2),
+    "split_chunk": (lambda m, x, y: (*torch.split(x, [1, 3], 1), *torch.chunk(y, 2, 1),
+                                     *x.split(2, 0), x.unbind(0)[1]), 2),
+    "matmul_family": (lambda m, x, y: (x @ y.T, torch.mm(x, y.T), torch.bmm(
+        x.expand(2, 3, 4), y.T.expand(2, 4, 3)), torch.matmul(x, y[0]), torch.matmul(
+        x[0], y.T), torch.addmm(m.b, x, y.T, beta=0.5, alpha=2.0), x @ m.w), 2),
+    "inplace": (lambda m, x, y: torch.relu_(x.clone().mul_(2).add_(y).sub_(1).div_(3))
+                + x.clone().clamp_(0, 0.5), 2),
+    "created_tensors": (lambda m, x, y: x + torch.ones(3, 4) * 2 + torch.zeros_like(x)
+                        + torch.full((4,), 0.5) + torch.arange(4.0)
+                        + torch.ones_like(y).tril() + torch.eye(3, 4)
+                        + torch.full_like(x, 3.0), 2),
+    # ATen overloads that the usual modules do not produce, called directly
+    "direct_aten_math": (lambda m, x, y: (
+        A.add.Scalar(x, 2), A.sub.Scalar(x, 1), A.mul.Scalar(x, 3), A.div.Scalar(x, 4),
+        A.div.Tensor_mode(x, y * y + 1, rounding_mode=None),
+        A.div.Scalar_mode(x, 2.0, rounding_mode=None), A.eq.Scalar(torch.relu(x), 0.0),
+        A.ne.Scalar(x, 0.5), A.le.Tensor(x, y), A.lt.Tensor(x, y), A.logical_and(x > 0, y > 0),
+        A.logical_or(x > 0, y > 0), A.any.default(x > 0), A.any.dims(x > 2, [0, 1]),
+        A.max.default(x), A.min.default(x), A.min.dim(x, 1)[0], torch.clamp(x, min=y, max=2 * y),
+        x.clone().copy_(y[0]), A.alias(x) * 2), 2),
+}
+PARAMS = {"matmul_family": {"b": lambda: rand(3, 3, seed=5), "w": lambda: rand(4, 2, seed=6)}}
+
+
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_function_matches_pytorch(name):
+    fn, count = FUNCTIONS[name]
+    params = {k: f() for k, f in PARAMS.get(name, {}).items()}
+    xs = [rand(3, 4, seed=1), rand(3, 4, seed=2)][:count]
+    assert fn.__code__.co_argcount == count + 1
+    check(_fn(fn, **params), *xs)
+    RAN.add(name)
+
+
+def test_softmax_axes_and_losses():
+    def fn(m, x, labels, t, pixels):
+        return (F.softmax(x, 0), F.log_softmax(x, 1), F.cross_entropy(x, labels),
+                F.nll_loss(F.log_softmax(x, 1), labels, reduction="sum"),
+                F.mse_loss(x, t), F.cross_entropy(x.view(3, 2, 2), pixels, reduction="none"))
+    check(_fn(fn), rand(3, 4, seed=1), torch.tensor([1, 0, 3]), rand(3, 4, seed=3),
+          torch.tensor([[1, 0], [0, 0], [1, 1]]))
+    RAN.add("losses")
+
+
+def test_sizes_from_a_symbolic_batch():
+    """``full``, ``full_like`` and ``expand`` to a shape with a symbolic size take it from a
+    value of that shape, or one made from a value with the same symbolic sizes (a class token
+    expanded to the batch, zeros of a new width); the graph runs for any batch."""
+    def fn(m, x):
+        y = torch.zeros(x.shape[0], 4, dtype=x.dtype) + x * torch.full_like(x, 2.0)
+        cls = m.w.expand(x.shape[0], 2, 4)
+        return torch.cat([cls, y.unsqueeze(1)], 1), x.new_zeros(x.size(0), 6) + 1
+
+    m = _fn(fn, w=rand(1, 2, 4, seed=3))
+    g = gradc.from_torch(m, (rand(3, 4),), dynamic_shapes={"xs": ({0: torch.export.Dim("n")},)})
+    assert g.inputs[0].type.shape == ("n", 4)
+    exe = gradc.compile(g, target="reference")
+    for n in (2, 5):
+        x = rand(n, 4, seed=n)
+        got = exe(xs_0=x.numpy())
+        for name, want in zip(("output_0", "output_1"), m(x)):
+            np.testing.assert_allclose(got[name], want.detach().numpy(), rtol=1e-12)
+    RAN.add("symbolic")
+
+
+class Dropout(nn.Module):
+    def forward(self, x):
+        return F.dropout(x, 0.5, training=self.training)
+
+
+def test_dropout_in_training_is_gradcs_dropout():
+    """p = 0.5: gradc draws its own bits (SPEC-training §20), so the output is checked against
+    its own mask: each element is 0 or twice the input, and the mask is used, not all True."""
+    m = Dropout()
+    x = rand(64, 8, seed=1)
+    g = gradc.from_torch(m, (x,))
+    assert [v.name for v in g.inputs] == ["x", "rng_state"]
+    assert [v.name for v in g.outputs] == ["output", "rng_state_out"]
+    out = gradc.compile(g, target="reference")(x=x.numpy(),
+                                               rng_state=np.array([0, 0, 0, 0, 7, 0], np.uint32))
+    y = out["output"]
+    kept = y != 0
+    np.testing.assert_array_equal(y[kept], 2 * x.numpy()[kept])
+    assert 0.3 < kept.mean() < 0.7
+    eval_graph = gradc.from_torch(m.eval(), (x,))
+    assert [v.name for v in eval_graph.inputs] == ["x"]
+
+
+def test_pending_transformer_operators_are_refused_together():
+    """Embedding, layer norm and GELU wait for gradc operators being added (gather,
+    mean_variance_normalization, gelu): one UnsupportedError names each ATen operator, its
+    module path and its source line, grouped on the first line."""
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = nn.Embedding(10, 8)
+            self.norm = nn.LayerNorm(8)
+            self.mlp = nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 8), nn.GELU())
+
+        def forward(self, ids):
+            return self.mlp(self.norm(self.tok(ids)))
+
+    with pytest.raises(gradc.UnsupportedError) as e:
+        gradc.from_torch(Block(), (torch.tensor([[1, 2, 3]]),))
+    first, *rest = str(e.value).splitlines()
+    assert first.startswith("torch program 'Block': 4 unsupported features: ")
+    assert "aten.embedding.default (1 node, first node 'embedding' in 'tok', " \
+           "test_from_torch_ops.py:" in first
+    assert "aten.native_layer_norm.default (1 node, first node 'native_layer_norm' in " \
+           "'norm'" in first
+    assert "aten.gelu.default (2 nodes, first node 'gelu' in 'mlp.1'" in first
+    assert len(rest) == 4 and "needs gradc's gelu operator" in rest[-1]
+    assert "'mlp.3'" in rest[-1]
+    assert e.value.problems == rest
+
+
+class Cumsum(nn.Module):
+    def forward(self, x):
+        return torch.cumsum(x, 1) * 2
+
+
+def test_unknown_operator_is_refused_with_its_place():
+    with pytest.raises(gradc.UnsupportedError, match=r"^torch program 'Cumsum': 1 unsupported "
+                       r"feature: aten\.cumsum\.default \(node 'cumsum', "
+                       r"test_from_torch_ops\.py:\d+\): is not supported \(no converter"):
+        gradc.from_torch(Cumsum(), (rand(2, 3),))
+
+
+def test_every_converter_is_exercised():
+    """Each ATen converter of the table builds a graph in this module's cases (the cases that
+    did not run, under ``-k``, are translated here); no entry is dead."""
+    for name in set(CASES) - RAN:
+        make, shape = CASES[name]
+        gradc.from_torch(make(), (rand(*shape),))
+    for name in set(FUNCTIONS) - RAN:
+        fn, count = FUNCTIONS[name]
+        params = {k: f() for k, f in PARAMS.get(name, {}).items()}
+        gradc.from_torch(_fn(fn, **params), tuple([rand(3, 4, seed=1), rand(3, 4)][:count]))
+    if "losses" not in RAN or "symbolic" not in RAN:
+        pytest.skip("needs test_softmax_axes_and_losses and test_sizes_from_a_symbolic_batch")
+    gradc.from_torch(Dropout(), (rand(4, 4),))
+    assert sorted(set(ATEN) - SEEN) == []
