@@ -199,20 +199,22 @@ def launch_times(runner: Any, repeat: int = 3) -> list[float]:
     CUDA event after each (median over ``repeat`` passes); the arena holds the last call's
     data."""
     drv = runner.driver
-    d, stream = drv.d, drv.stream
+    d, stream, ok = drv.d, drv.stream, drv._ok  # the runtime's own error check
     drv._current()
     arg = np.array([runner.arena], np.uint64)
     params = np.array([arg.ctypes.data], np.uint64)
     n = len(runner.functions)
-    events = [d.cuEventCreate(0)[1] for _ in range(n + 1)]
+    events = [ok(d.cuEventCreate(0), "cuEventCreate") for _ in range(n + 1)]
     passes = []
     for _ in range(repeat):
-        d.cuEventRecord(events[0], stream)
+        ok(d.cuEventRecord(events[0], stream), "cuEventRecord")
         for i, (fn, grid, block, _) in enumerate(runner.functions):
-            d.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, stream, params.ctypes.data, 0)
-            d.cuEventRecord(events[i + 1], stream)
-        d.cuStreamSynchronize(stream)
-        passes.append([d.cuEventElapsedTime(events[i], events[i + 1])[1] for i in range(n)])
+            ok(d.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, stream, params.ctypes.data, 0),
+               "cuLaunchKernel")
+            ok(d.cuEventRecord(events[i + 1], stream), "cuEventRecord")
+        ok(d.cuStreamSynchronize(stream), "cuStreamSynchronize")
+        passes.append([ok(d.cuEventElapsedTime(events[i], events[i + 1]), "cuEventElapsedTime")
+                       for i in range(n)])
     for e in events:
         d.cuEventDestroy(e)
     return [float(np.median([p[i] for p in passes])) for i in range(n)]
