@@ -28,7 +28,7 @@ from gradc.backends.c.ctypes_map import Dims, ctype
 from gradc.backends.c.writer import CWriter
 from gradc.backends.cuda import (elementwise, gather, index, normalization, pool, reduce,
                                  resample, slice_grad)
-from gradc.backends.cuda.kernel import BLOCK, CudaKernel, Part, grid
+from gradc.backends.cuda.kernel import CudaKernel, grid
 from gradc.backends.cuda.prelude import PRELUDE
 
 Emitter = Callable[[CudaKernel], None]
@@ -278,7 +278,7 @@ class _Builder:
         in-place write, and no read at a bad index, happens in a call that raises."""
         n = k.node
         checks = raises([n])
-        parts = k.parts + [Part(k.code, k.work, k.barrier, k.read)]
+        parts = k.parts + [k.part()]
         if k.scratch_bytes:
             self.arena_bytes = max(self.arena_bytes, self.scratch_at + k.scratch_bytes)
         for i, part in enumerate(parts):
@@ -291,7 +291,8 @@ class _Builder:
                     w.line(f"if (*(const int64_t *)(gc_arena + {self.error_at}) != 0) return;")
                 w.nest(part.code)
             self.kernels.append(w)
-            self.launches.append(Launch(name, grid(part.work), BLOCK, part.barrier, label(n)))
+            self.launches.append(Launch(name, grid(part.work, part.block), part.block,
+                                        part.barrier, label(n)))
             self.checked = self.checked or (checks and i == 0)
         self.statics.extend(k.tables)
 

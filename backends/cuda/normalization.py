@@ -8,7 +8,8 @@ in ``ACC`` in the reference's order (the mean, ``d = x - mean``, the mean of ``d
 second pass, ``inv = 1 / sqrt(var + epsilon)``, ``z = d * inv``, ``* scale``, ``+ bias``),
 float16 widened exactly and rounded once on store; NVRTC's options keep IEEE division and
 square root and contract nothing into an FMA. No faster (tree) order is offered: a split sum
-would be another order, held to §24.4's bound only.
+would be another order, held to §24.4's bound only. The groups' threads run in blocks of one
+warp (``SERIAL_BLOCK``), so that a few thousand long sums spread over the GPU's SMs.
 
 The gradient is two launches. The first is a thread per group: the statistics recomputed as
 the forward computes them, the sums of ``g = dY * scale`` and ``g * z``, then ``dX``; it saves
@@ -27,7 +28,7 @@ from gradc.ir.core import Value
 
 from gradc.backends.c.ctypes_map import CType, ctype, float_literal
 from gradc.backends.c.scalar import narrow, widen
-from gradc.backends.cuda.kernel import CudaKernel, row_major, static_shape
+from gradc.backends.cuda.kernel import SERIAL_BLOCK, CudaKernel, row_major, static_shape
 
 
 class _Layout:
@@ -137,6 +138,7 @@ def emit_mean_variance_normalization(k: CudaKernel) -> None:
     um, uv = n.attrs["use_mean"], n.attrs["use_variance"]
     L = _Layout(k, x, n.attrs["axes"])
     cw = k.code
+    k.block = SERIAL_BLOCK
     with k.each(L.groups, "grp"):
         coords = _group_coords(L, "grp")
         xo = _offset(L, coords, L.xs)
@@ -161,6 +163,7 @@ def emit_mean_variance_normalization_grad(k: CudaKernel) -> None:
     cw, a = k.code, L.a
     gm, gi = k.scratch(a, L.groups), k.scratch(a, L.groups)
     sst = L.pstrides(scale)
+    k.block = SERIAL_BLOCK
     with k.each(L.groups, "grp"):
         coords = _group_coords(L, "grp")
         xo, so = _offset(L, coords, L.xs), _offset(L, coords, sst)
@@ -200,6 +203,7 @@ def _parameter_gradients(k: CudaKernel, L: _Layout, x: Value, dy: Value, scale: 
     keep = [q for q in range(r) if sst[q]]
     red = [q for q in range(r) if not sst[q]]
     gst = dict(zip(L.kept, row_major([L.shape[q] for q in L.kept])))
+    k.block = SERIAL_BLOCK
     with k.each(_prod([L.shape[q] for q in keep]), "e"):
         c = {}
         for q in keep:  # the scale element's coordinates (its strides are row-major)
