@@ -53,12 +53,6 @@ PENDING: dict[tuple[str, str], str] = {
     ("cuda", "adam_optimizer"): _CUDA_NEXT + "the optimizer update of all parameters in one "
                                              "kernel",
     ("cuda", "random_generator"): _CUDA_NEXT + "Philox4x32-10 per element, as the C target",
-    **{("cuda", op): _CUDA_NEXT + "layer and RMS normalization with per-group sums in the "
-       "canonical order" for op in ("mean_variance_normalization",
-                                    "mean_variance_normalization_grad")},
-    **{("cuda", op): _CUDA_NEXT + "gather as a copy per output element, gather_grad as an "
-       "ordered segment sum per output row, the range check a device-side flag"
-       for op in ("gather", "gather_grad")},
 }
 
 OPS = sorted(REGISTRY)
