@@ -324,6 +324,41 @@ def gemms(dtype: str) -> Case:
     return make
 
 
+def normalization(dtype: str) -> Case:
+    """mean_variance_normalization and its gradient (SPEC-transformers §24): layer norm over
+    the last axis (300 groups: a partial last block), axes not last with a scale of lower rank,
+    RMS norm, without variance, without both, without scale and bias; one group holds NaN,
+    infinities and -0.0."""
+    def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+        rng = np.random.default_rng(RNG_SEED)
+
+        def fn(x, dx3, s, b, w, q, dq, v, u):
+            mvn, grad = ops.mean_variance_normalization, ops.mean_variance_normalization_grad
+            r = {"mvn_ln": mvn(x, s, b), "mvn_axes": mvn(q, w, None, axes=(0, 2)),
+                 "mvn_rms": mvn(q, v, v, axes=(2,), use_mean=False, epsilon=0.5),
+                 "mvn_mean": mvn(q, None, None, axes=(1, 2), use_variance=False),
+                 "mvn_none": mvn(q, w, None, axes=(0,), use_mean=False, use_variance=False)}
+            for key, (a, d, sc, kw) in {
+                    "ln": (x, dx3, s, {}), "axes": (q, dq, w, {"axes": (0, 2)}),
+                    "rms": (q, dq, v, {"use_mean": False}),
+                    "mean": (q, dq, u, {"axes": (1, 2), "use_variance": False}),
+                    "none": (q, dq, w, {"axes": (1,), "use_mean": False,
+                                        "use_variance": False})}.items():
+                for name, val in zip(("dx", "ds", "db"), grad(a, d, sc, **kw)):
+                    r[f"mvn_{name}_{key}"] = val
+            return r
+        shapes = {"x": (300, 3), "dx3": (300, 3), "s": (3,), "b": (3,), "w": (4, 1),
+                  "q": (3, 4, 5), "dq": (3, 4, 5), "v": (5,), "u": (1,)}
+        g = _graph(f"mvn_{dtype}", {k: (dtype, sh) for k, sh in shapes.items()}, fn)
+        feeds = {k: (rng.standard_normal(sh) * 3 + 1).astype(dtype) for k, sh in shapes.items()}
+        feeds["x"][7] = np.array([np.nan, 1, 2], dtype)
+        feeds["x"][8] = np.array([np.inf, -np.inf, 0], dtype)
+        feeds["x"][9] = np.array([-0.0, -0.0, -0.0], dtype)
+        feeds["q"][1, 2, 3] = -0.0
+        return g, feeds
+    return make
+
+
 def convolutions(dtype: str) -> Case:
     """convolution in both directions and convolution_filter_grad: asymmetric padding, strides,
     dilations, groups, the mirrored filter (mode="convolution"), a bias, output_padding, a
@@ -387,6 +422,62 @@ def convolutions_nd(nd: int) -> Case:
     return make
 
 
+def gathers(dtype: str, index: str) -> Case:
+    """gather (every dtype: bit patterns copied) along a middle axis with negative, repeated
+    and rank-0 indices; for floats gather_grad in order of occurrence -- a few indices (each
+    output thread scans them) and 300 (sorted first: runs and a merge level) with repeats."""
+    def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+        rng = np.random.default_rng(RNG_SEED)
+        x = _special(rng, dtype, (2, 5, 3)) if dtype in FLOATS else \
+            rng.integers(0, 2, (2, 5, 3)).astype(dtype) if dtype == "bool" else \
+            _ints(rng, dtype, (2, 5, 3))
+        inputs = {"x": (dtype, (2, 5, 3)), "i": (index, (2, 3)), "i0": (index, ()),
+                  "big": (index, (20, 15))}
+        feeds = {"x": x, "i": np.array([[4, -1, 0], [-5, 2, 4]], index),
+                 "i0": np.array(-2, index), "big": rng.integers(-7, 7, (20, 15)).astype(index)}
+
+        def fn(x, i, i0, big, **d):
+            r = {"ga": ops.gather(x, i, axis=1), "ga0": ops.gather(x, i0, axis=2),
+                 "ga_last": ops.gather(x, i0, axis=0)}
+            if dtype in FLOATS:
+                r |= {"gg": ops.gather_grad(d["dy"], i, (2, 5, 3), axis=1),
+                      "gg0": ops.gather_grad(d["dy0"], i0, (2, 5, 3), axis=2),
+                      "gg_big": ops.gather_grad(d["dbig"], big, (7, 2), axis=0)}
+            return r
+        if dtype in FLOATS:
+            inputs |= {"dy": (dtype, (2, 2, 3, 3)), "dy0": (dtype, (2, 5)),
+                       "dbig": (dtype, (20, 15, 2))}
+            feeds |= {"dy": _special(rng, dtype, (2, 2, 3, 3)),
+                      "dy0": _special(rng, dtype, (2, 5)),
+                      "dbig": (rng.standard_normal((20, 15, 2)) * 100).astype(dtype)}
+            feeds["dbig"][3, 4] = [-0.0, -0.0]
+        return _graph(f"ga_{dtype}_{index}", inputs, fn), feeds
+    return make
+
+
+def activations(dtype: str) -> Case:
+    """gelu (both forms) and gelu_grad, erf, sin, cos, is_nan (SPEC-transformers §25) on
+    special values: +-inf, NaN, -0.0, huge and tiny magnitudes."""
+    def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+        rng = np.random.default_rng(RNG_SEED)
+        special = [np.inf, -np.inf, np.nan, -0.0, 0.0, 1e-30, -1e-30, 3e38, -3e38, 1e20, -1e20,
+                   -6.5, -3.0, -1.0, -0.5, 0.5, 1.0, 3.0, 7.0, 65504.0, -65504.0]
+        with np.errstate(over="ignore"):
+            x = np.concatenate([np.array(special, np.float64).astype(dtype),
+                                (rng.standard_normal(43) * 4).astype(dtype)])
+        dy = rng.standard_normal(x.size).astype(dtype)
+        dy[:4] = np.array([1, -0.0, 2, np.inf], dtype)
+
+        def fn(x, dy):
+            return {"gelu": ops.gelu(x), "gelu_t": ops.gelu(x, "tanh"),
+                    "gelu_grad": ops.gelu_grad(x, dy), "gelu_grad_t": ops.gelu_grad(x, dy, "tanh"),
+                    "erf": ops.erf(x), "sin": ops.sin(x), "cos": ops.cos(x),
+                    "isnan": ops.is_nan(x)}
+        g = _graph(f"act_{dtype}", {"x": (dtype, (x.size,)), "dy": (dtype, (x.size,))}, fn)
+        return g, {"x": x, "dy": dy}
+    return make
+
+
 def tiny_cnn() -> gradc.Graph:
     """A model whose training step uses only ops of the cuda target (no gemm): a per-channel
     scale and bias, relu, max pooling, a mean, class scores by broadcasting, cross entropy."""
@@ -428,6 +519,14 @@ CASES["pool2d_int16"] = pooling("int16", (2, 2), (2, 1), (0, 1))
 CASES["resample_linear_uint8"] = resampling("uint8", "linear", (1, 1, 1.5, 0.75))
 CASES["resample_nearest_int8"] = resampling("int8", "nearest", (1, 1, 2.0, 2.0))
 CASES["resample_rank1_float32"] = resampling("float32", "linear", (1.75,))
+for _d in FLOATS:
+    CASES[f"normalization_{_d}"] = normalization(_d)
+    CASES[f"activations_{_d}"] = activations(_d)
+    CASES[f"gathers_{_d}_int64"] = gathers(_d, "int64")
+CASES["gathers_float32_int32"] = gathers("float32", "int32")
+CASES["gathers_int8_int32"] = gathers("int8", "int32")
+CASES["gathers_uint64_int64"] = gathers("uint64", "int64")
+CASES["gathers_bool_int64"] = gathers("bool", "int64")
 CASES["reductions_int32"] = reductions("int32")
 CASES["reductions_uint8"] = reductions("uint8")
 for _d in FLOATS:
@@ -442,10 +541,28 @@ CASES["philox"] = philox
 # Outputs computed by a sum of NaN-producing terms: a NaN must match a NaN, its payload is not
 # specified (SPEC.md §1.6).
 SUMMED = {"dx", "alone", "s02", "s1", "sall", "mean", "y", "yc", "mm0", "mm1", "mm2", "mm3",
-          "cv0", "cv1", "cv2", "cv3", "fg0", "fg1", "fg2",
-          "var", "ds", "db", "gx", "gs", "gb", "yi", "yp", "yd", "dxp", "dxc"}
+          "cv0", "cv1", "cv2", "cv3", "fg0", "fg1", "fg2", "gg", "gg0", "gg_big",
+          "var", "ds", "db", "gx", "gs", "gb", "yi", "yp", "yd", "dxp", "dxc"} | {
+    f"mvn_{o}{k}" for o in ("", "dx_", "ds_", "db_") for k in ("ln", "axes", "rms", "mean",
+                                                              "none")}
 # Outputs of transcendental functions: within SPEC-training §9.5's ulps of the reference (libm's
 # and the GPU's double exp/log may differ from NumPy's by an ulp before rounding to the dtype);
 # adam_optimizer's parameters too: its bias correction's powers are the correctly rounded ones on
 # the cuda target, the reference's NumPy power is not always (tests/test_cuda_training.py).
-TRANSCENDENTAL = {"sm", "lsm", "ax", "bx", "cx"}
+TRANSCENDENTAL = {"sm", "lsm", "erf", "sin", "cos", "ax", "bx", "cx"}
+# gelu and gelu_grad: SPEC-transformers §25.4's ulps plus an absolute term in the input ``x``
+# (times ``|dy|`` for the gradient): output -> the feeds holding x and dy.
+GELU = {"gelu": ("x", None), "gelu_t": ("x", None), "gelu_grad": ("x", "dy"),
+        "gelu_grad_t": ("x", "dy")}
+
+
+def gelu_bound(want: np.ndarray, x: np.ndarray, dy: np.ndarray | None) -> np.ndarray:
+    """§25.4's allowed error of gelu (or, with ``dy``, gelu_grad) per element, as float64."""
+    k = 1 if want.dtype == np.float16 else 4
+    eps = 2.0 ** -52 if want.dtype == np.float64 else 2.0 ** -23
+    with np.errstate(over="ignore", invalid="ignore"):
+        tol = k * np.spacing(np.abs(want)).astype(np.float64)
+        term = 4 * eps * (1 + np.abs(x.astype(np.float64)))
+        if dy is not None:
+            term = term * np.abs(dy.astype(np.float64))
+    return tol + term

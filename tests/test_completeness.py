@@ -45,12 +45,6 @@ REFUSED: dict[tuple[str, str, str], str] = {}
 # needs an entry here (or in REFUSED) until it has one.
 _CUDA_NEXT = "issue 28 item 4, kernel families still to write for the cuda target: "
 PENDING: dict[tuple[str, str], str] = {
-    **{("cuda", op): _CUDA_NEXT + "layer and RMS normalization with per-group sums in the "
-       "canonical order" for op in ("mean_variance_normalization",
-                                    "mean_variance_normalization_grad")},
-    **{("cuda", op): _CUDA_NEXT + "gather as a copy per output element, gather_grad as an "
-       "ordered segment sum per output row, the range check a device-side flag"
-       for op in ("gather", "gather_grad")},
 }
 
 OPS = sorted(REGISTRY)
