@@ -219,6 +219,91 @@ def reductions(dtype: str) -> Case:
     return make
 
 
+def batch_norms(dtype: str, shape: tuple[int, ...], pshape: tuple[int, ...]) -> Case:
+    """The four batch-normalization ops (§12) on one input: the statistics' sums span several
+    staged chunks when a group has more members than ``batch_norm.CHUNK``."""
+    def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+        rng = np.random.default_rng(RNG_SEED)
+
+        def fn(x, dy, s, b, m, v):
+            y, mean, var = ops.batch_normalization_training(x, s, b, 1e-3)
+            dx, ds, db = ops.batch_normalization_training_grad(x, dy, mean, var, s, 1e-3)
+            gx, gs, gb = ops.batch_normalization_grad(x, dy, m, v, s, 0.5)
+            return {"y": y, "mean": mean, "var": var, "dx": dx, "ds": ds, "db": db,
+                    "gx": gx, "gs": gs, "gb": gb, "yi": ops.batch_normalization(x, m, v, s, b)}
+        inputs = {"x": (dtype, shape), "dy": (dtype, shape), "s": (dtype, pshape),
+                  "b": (dtype, pshape), "m": (dtype, pshape), "v": (dtype, pshape)}
+        feeds = {k: rng.standard_normal(sh).astype(dtype) for k, (_, sh) in inputs.items()}
+        feeds["x"] = (feeds["x"] * 3 + 1).astype(dtype)  # a mean far from 0
+        feeds["v"] = np.abs(feeds["v"]).astype(dtype)
+        return _graph(f"bn_{dtype}", inputs, fn), feeds
+    return make
+
+
+def average_pools(dtype: str, nd: int) -> Case:
+    """average_pooling (padding counted or not, dilation, a ceil-mode size) and its gradient."""
+    def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+        rng = np.random.default_rng(RNG_SEED)
+        shape = (2, 3) + (7, 6, 5)[:nd]
+        kw = dict(window_size=(3, 2, 2)[:nd], strides=(2, 1, 2)[:nd],
+                  start_padding=(1, 0, 1)[:nd], end_padding=(1, 1, 0)[:nd])
+        dil = dict(window_size=(2, 2, 2)[:nd], strides=(1, 2, 1)[:nd],
+                   dilations=(2, 1, 2)[:nd])
+        probe = _graph("p", {"x": (dtype, shape)},
+                       lambda x: {"y": ops.average_pooling(x, **kw)})
+        out = tuple(int(d) for d in probe.outputs[0].type.shape)
+        ceil = tuple(d + 1 for d in out[2:])
+
+        def fn(x, dy, dc):
+            return {"y": ops.average_pooling(x, **kw),
+                    "yp": ops.average_pooling(x, **kw, include_padding=True),
+                    "yd": ops.average_pooling(x, **dil),
+                    "yc": ops.average_pooling(x, **kw, include_padding=True, output_sizes=ceil),
+                    "dx": ops.average_pooling_grad(dy, shape, **kw),
+                    "dxp": ops.average_pooling_grad(dy, shape, **kw, include_padding=True),
+                    "dxc": ops.average_pooling_grad(dc, shape, **kw, include_padding=True)}
+        inputs = {"x": (dtype, shape), "dy": (dtype, out), "dc": (dtype, out[:2] + ceil)}
+        return _graph(f"ap_{dtype}_{nd}", inputs, fn), {
+            "x": _special(rng, dtype, shape), "dy": _special(rng, dtype, out),
+            "dc": _special(rng, dtype, out[:2] + ceil)}
+    return make
+
+
+def adam(dtype: str) -> Case:
+    """adam_optimizer with each step dtype, at steps where the bias correction matters."""
+    def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+        rng = np.random.default_rng(RNG_SEED)
+        shape = (5, 7)
+
+        def fn(x, m, v, g, t32, t64, tu):
+            out = {}
+            for name, t, (b1, b2) in (("a", t32, (0.9, 0.999)), ("b", t64, (0.5, 0.75)),
+                                      ("c", tu, (0.8, 0.99))):
+                r = ops.adam_optimizer(x, m, v, g, t, 0.01, b1, b2, 1e-3)
+                out |= {f"{name}x": r[0], f"{name}m": r[1], f"{name}v": r[2]}
+            return out
+        inputs = {"x": (dtype, shape), "m": (dtype, shape), "v": (dtype, shape),
+                  "g": (dtype, shape), "t32": ("int32", (1,)), "t64": ("int64", (1, 1)),
+                  "tu": ("uint32", ())}
+        feeds = {k: rng.standard_normal(shape).astype(dtype) for k in "xmgv"}
+        feeds["v"] = np.abs(feeds["v"]).astype(dtype)
+        feeds |= {"t32": np.array([7], np.int32), "t64": np.array([[1]], np.int64),
+                  "tu": np.array(1000, np.uint32)}
+        return _graph(f"adam_{dtype}", inputs, fn), feeds
+    return make
+
+
+def philox() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+    """random_generator: a count that is no multiple of 4, a counter that carries from its low
+    64 bits into its high ones, and one that wraps past 2**128."""
+    g = _graph("rng", {"s": ("uint32", (6,)), "w": ("uint32", (6,))},
+               lambda s, w: dict(zip(("y", "ys"), ops.random_generator(s, (3, 5, 7))))
+               | dict(zip(("z", "zs"), ops.random_generator(w, (2, 1)))))
+    carry = np.array([0xFFFFFFF0, 0xFFFFFFFF, 7, 0, 0x12345678, 0x9ABCDEF0], np.uint32)
+    wrap = np.array([0xFFFFFFFF] * 4 + [1, 2], np.uint32)
+    return g, {"s": carry, "w": wrap}
+
+
 def gemms(dtype: str) -> Case:
     """gemm: broadcast batch axes with alpha and a broadcast c; both transposes; beta 0 (c not
     read: its NaN does not reach the result); a matrix-vector product (the direct kernel); M, N
@@ -444,16 +529,27 @@ CASES["gathers_uint64_int64"] = gathers("uint64", "int64")
 CASES["gathers_bool_int64"] = gathers("bool", "int64")
 CASES["reductions_int32"] = reductions("int32")
 CASES["reductions_uint8"] = reductions("uint8")
+for _d in FLOATS:
+    CASES[f"batch_norm_{_d}"] = batch_norms(_d, (3, 4, 5, 6), (1, 4, 1, 1))
+    CASES[f"average_pool2d_{_d}"] = average_pools(_d, 2)
+    CASES[f"adam_{_d}"] = adam(_d)
+CASES["batch_norm_chunks_float32"] = batch_norms("float32", (2, 3, 40, 30), (1, 3, 1, 1))
+CASES["batch_norm_kept_axes_float32"] = batch_norms("float32", (3, 4, 5, 2), (1, 4, 1, 2))
+CASES["average_pool3d_float32"] = average_pools("float32", 3)
+CASES["philox"] = philox
 
 # Outputs computed by a sum of NaN-producing terms: a NaN must match a NaN, its payload is not
 # specified (SPEC.md §1.6).
 SUMMED = {"dx", "alone", "s02", "s1", "sall", "mean", "y", "yc", "mm0", "mm1", "mm2", "mm3",
-          "cv0", "cv1", "cv2", "cv3", "fg0", "fg1", "fg2", "gg", "gg0", "gg_big"} | {
+          "cv0", "cv1", "cv2", "cv3", "fg0", "fg1", "fg2", "gg", "gg0", "gg_big",
+          "var", "ds", "db", "gx", "gs", "gb", "yi", "yp", "yd", "dxp", "dxc"} | {
     f"mvn_{o}{k}" for o in ("", "dx_", "ds_", "db_") for k in ("ln", "axes", "rms", "mean",
                                                               "none")}
 # Outputs of transcendental functions: within SPEC-training §9.5's ulps of the reference (libm's
-# and the GPU's double exp/log may differ from NumPy's by an ulp before rounding to the dtype).
-TRANSCENDENTAL = {"sm", "lsm", "erf", "sin", "cos"}
+# and the GPU's double exp/log may differ from NumPy's by an ulp before rounding to the dtype);
+# adam_optimizer's parameters too: its bias correction's powers are the correctly rounded ones on
+# the cuda target, the reference's NumPy power is not always (tests/test_cuda_training.py).
+TRANSCENDENTAL = {"sm", "lsm", "erf", "sin", "cos", "ax", "bx", "cx"}
 # gelu and gelu_grad: SPEC-transformers §25.4's ulps plus an absolute term in the input ``x``
 # (times ``|dy|`` for the gradient): output -> the feeds holding x and dy.
 GELU = {"gelu": ("x", None), "gelu_t": ("x", None), "gelu_grad": ("x", "dy"),

@@ -191,10 +191,12 @@ def test_trainer_on_cuda_equals_the_c_target(target, cache):
 
 
 @needs_host
-def test_barriers_hold_in_the_host_harness(cache):
+@pytest.mark.parametrize("cxx", ["c++", "c++ -DGC_HOST_UCONTEXT"], ids=["switch", "ucontext"])
+def test_barriers_hold_in_the_host_harness(cxx, cache):
     """A block-wide tree sum over shared memory: correct only if no thread passes a
-    __syncthreads before all have reached it (the harness runs such kernels as fibers); the
-    same kernel run as a plain loop over threads gives another result."""
+    __syncthreads before all have reached it (the harness runs such kernels as fibers: its own
+    stack switch on x86-64, ucontext elsewhere); the same kernel run as a plain loop over
+    threads gives another result."""
     source = PRELUDE + """
 GC_KERNEL k0(char *__restrict__ gc_arena) {
   __shared__ int64_t tile[256];
@@ -214,7 +216,7 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
     for s in (128, 64, 32, 16, 8, 4, 2, 1):
         want = np.concatenate([want[:, :s] * 3 + want[:, s:2 * s], want[:, 2 * s:]], axis=1)
     for fibers, ok in ((True, True), (False, False)):
-        d = host.HostDriver("c++", cache)
+        d = host.HostDriver(cxx, cache)
         fn = d.function(d.load(source, ["k0"]), "k0")
         arena = d.alloc(8192 + 32)
         d.upload(arena, np.arange(1024, dtype=np.int64))

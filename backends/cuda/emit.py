@@ -26,8 +26,9 @@ from gradc.backends.plan import (Buffer, Memory, Plan, Sizes, assign_buffers,
                                  plan_in_place, raises)
 from gradc.backends.c.ctypes_map import Dims, ctype
 from gradc.backends.c.writer import CWriter
-from gradc.backends.cuda import (conv, elementwise, gather, gemm, index, normalization, pool,
-                                 reduce, resample, slice_grad)
+from gradc.backends.cuda import (average_pooling, batch_norm, conv, elementwise, gather,
+                                 gemm, index, normalization, pool, reduce, resample,
+                                 slice_grad, training)
 from gradc.backends.cuda.kernel import CudaKernel, grid
 from gradc.backends.cuda.prelude import PRELUDE
 
@@ -37,7 +38,7 @@ Emitter = Callable[[CudaKernel], None]
 def _emitters() -> dict[str, Emitter]:
     table: dict[str, Emitter] = {}
     for family in (elementwise, gather, pool, resample, slice_grad, reduce, gemm, conv, index,
-                   normalization):
+                   normalization, batch_norm, average_pooling, training):
         table.update(family.EMITTERS)
     return table
 

@@ -1,25 +1,27 @@
 """What every CUDA emitter receives: the C target's kernel context plus the launch's work.
 
-A CUDA kernel is ``GC_KERNEL kN(char *__restrict__ gc_arena)``: every buffer lies at an offset
-of the executable's one device arena that is a compile-time constant (``emit.py`` binds each to
-a pointer ``p0``, ``p1``, ... before the body), constants are ``__device__`` arrays, and every
-shape is static. The emitter writes the body into ``code``, exactly as a C emitter does (the
-context is the C target's ``Kernel``, so ``anchored``, ``ctx_gen`` and the scalar expressions
-work unchanged), and opens its work loop with ``each``: a grid-stride loop over ``count`` work
-items (output elements, groups, ...), from which ``emit.py`` sizes the launch.
+A CUDA kernel is ``GC_KERNEL kN(char *__restrict__ gc_arena)``: every buffer lies at an offset of
+the executable's one device arena that is a compile-time constant (``emit.py`` binds each to a
+pointer ``p0``, ``p1``, ... before the body), constants are ``__device__`` arrays, and every shape
+is static. The emitter writes the body into ``code``, exactly as a C emitter does (the context is
+the C target's ``Kernel``, so ``anchored``, ``ctx_gen`` and the scalar expressions work unchanged,
+in the CUDA dialect of ``scalar.py``), and opens its work loop with ``each``: a grid-stride loop
+over ``count`` work items (output elements, groups, ...), from which ``emit.py`` sizes the launch.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from gradc.errors import UnsupportedError
 from gradc.ir.types import Dim
 
 from gradc.backends.c.kernel import Kernel
 from gradc.backends.c.writer import CWriter
+from gradc.backends.c.scalar import Scalar
+from gradc.backends.cuda.scalar import CUDA_SCALAR
 
 BLOCK = 256  # threads per block (GC_BLOCK of the prelude; __launch_bounds__)
 # Threads per block of a launch whose threads each do a long sequential sum (a group's or a
@@ -64,6 +66,8 @@ class CudaKernel(Kernel):
     barrier: bool = False  # the body uses __syncthreads (the host harness runs it as fibers)
     block: int = BLOCK  # threads per block of the current launch (at most BLOCK)
     tables: list[str] = field(default_factory=list)  # ``__device__`` arrays the body reads
+    # the element-wise expressions: the C target's with x86's NaN results (scalar.py)
+    scalar: Mapping[str, Scalar] | None = field(default_factory=lambda: CUDA_SCALAR)
     parts: list[Part] = field(default_factory=list)  # launches closed by ``next_launch``
     scratch_at: int = 0  # arena offset of the scratch region (set by emit.py)
     scratch_bytes: int = 0  # scratch used so far by this node
