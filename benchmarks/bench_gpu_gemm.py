@@ -44,6 +44,7 @@ import torch.nn.functional as F
 
 import gradc
 from gradc import ops
+from gradc.api import artifact
 from gradc.backends.cuda import build, tiling
 from gradc.backends.cuda.target import default_cache_dir
 
@@ -165,7 +166,7 @@ def precompile(graphs: list[gradc.Graph], arch: str, cache: str,
     jobs = []
     for i, g in enumerate(graphs):
         with forced_tile(tiles[i] if tiles else None):
-            jobs.append((str(gradc.artifact(g, "cuda", passes=None)), arch, cache))
+            jobs.append((str(artifact(g, "cuda", passes=None)), arch, cache))
     spawn = multiprocessing.get_context("spawn")  # no CUDA state is forked
     with ProcessPoolExecutor(min(16, os.cpu_count() or 1), mp_context=spawn) as pool:
         list(pool.map(_cubin, jobs, chunksize=4))
