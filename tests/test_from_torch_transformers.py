@@ -188,7 +188,7 @@ def gradients(p: Prepared) -> tuple[float, dict[str, np.ndarray], float, dict[st
     gg = gradc.grad(lg, names)
     dt = p.graph.outputs[0].type
     out = gradc.compile(gg, target="reference")(
-        **p.feeds(), labels=p.labels.numpy(), grad_loss=np.ones((), dt.dtype.numpy),
+        **p.feeds(), **_rng(gg), labels=p.labels.numpy(), grad_loss=np.ones((), dt.dtype.numpy),
         grad_output=np.zeros(dt.shape, dt.dtype.numpy))
     return float(out["loss"]), {n: out[f"grad_{n}"] for n in names}, loss.item(), want
 
