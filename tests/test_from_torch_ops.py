@@ -21,6 +21,7 @@ from torch import nn  # noqa: E402
 from torch_modules import Fn, check, rand  # noqa: E402  (needs torch)
 
 import gradc.torch_translate  # noqa: E402,F401  (registers every converter of the table)
+from gradc.ir.ops.softmax import guard_of  # noqa: E402
 from gradc.torch_ops import ATEN, Converter  # noqa: E402
 
 A = torch.ops.aten
@@ -287,6 +288,11 @@ TRANSFORMER = {
                                            rand(2, 5, 8, seed=3),
                                            _mask([1, 0, 1, 1, 0], [0, 0, 0, 0, 0],
                                                  [1, 1, 1, 1, 1]))),
+    # the flash-attention form older exports hold: decomposed by torch to the math form
+    "sdpa_flash_for_cpu_decomposed": (
+        lambda m, q, k, v: A._scaled_dot_product_flash_attention_for_cpu(q, k, v,
+                                                                        is_causal=True)[0],
+        lambda: (rand(*Q, seed=1), rand(*Q, seed=2), rand(*Q, seed=3))),
     # _safe_softmax as torch decomposes it, where(all masked, zeros_like(p), p), with a fully
     # masked row: b's gradient sums every row, NaN without §27.2's guard
     "safe_softmax_decomposed": (lambda m, x, mask: A._safe_softmax(
@@ -311,6 +317,9 @@ def test_transformer_operator_matches_pytorch(name):
     RAN.add(name)
     if name == "embedding_padding_idx":  # the padding row comes through no gradient
         assert "adam_optimizer" in {n.op for n in g.nodes}
+    if name.startswith(("sdpa", "safe_softmax")):  # every softmax is §27.2's guarded one
+        softmaxes = [n for n in g.nodes if n.op == "softmax"]
+        assert softmaxes and all(guard_of(n) is not None for n in softmaxes)
     if name == "sdpa_bool_mask_masked_row":
         out = gradc.compile(g, target="reference")(**{v.name: t.numpy() for v, t in zip(
             g.inputs, inputs)})["output"]
