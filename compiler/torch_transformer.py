@@ -90,7 +90,8 @@ def _embedding(n: TorchNode, ctx: Context) -> Value:
     y = B.gather(w, idx, 0)
     pad = n.arg("padding_idx", -1)
     rows = w.type.shape[0]
-    if pad is None or pad < 0 or not isinstance(rows, int) or pad >= rows or _is_constant(w):
+    if (pad is None or pad < 0 or not isinstance(rows, int) or pad >= rows
+            or not w.type.dtype.is_float or _is_constant(w)):  # no gradient to shape
         return y
     return _padding_row_without_gradient(w, idx, y, int(pad))
 
