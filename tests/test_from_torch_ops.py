@@ -265,10 +265,12 @@ TRANSFORMER = {
                                      x[torch.tensor([[0], [2]]), torch.tensor([1, 3, -1])],
                                      x.gather(1, torch.tensor([[0, 0, 3], [1, 2, 2], [3, 0, 1]]))),
                  lambda: (rand(3, 4, seed=1), _ids(2, 0, 1), _ids(2, -1))),
-    # layer norm: affine, without bias, without affine over two axes, its mean and rstd read
+    # layer norm: affine, without bias, without affine over two axes, its mean and rstd read;
+    # RMS norm, which torch decomposes (pow, mean, add, rsqrt, mul: translated op by op)
     "layer_norm": (lambda m, x: (F.layer_norm(x, (4,), m.w[0], m.w[1], 2.0 ** -10),
                                  F.layer_norm(x, (4,), m.w[0]), F.layer_norm(x, (3, 4)),
-                                 *A.native_layer_norm(x, [4], m.w[1], None, 1e-5)),
+                                 *A.native_layer_norm(x, [4], m.w[1], None, 1e-5),
+                                 F.rms_norm(x, (4,), m.w[0], 2.0 ** -10), F.rms_norm(x, (3, 4))),
                    lambda: (rand(2, 3, 4, seed=1),)),
     "gelu_erf_sin_cos_isnan": (lambda m, x: (F.gelu(x), F.gelu(x, approximate="tanh"),
                                              torch.erf(x), torch.sin(x), torch.cos(x),
