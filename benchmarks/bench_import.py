@@ -1,7 +1,7 @@
 """Import time of a PyTorch model: ``gradc.from_torch`` against the ONNX path.
 
 For each model of tests/real_models.py at full width (batch 2, 224x224; the MLP 3x32x32) and the
-GPT of tests/torch_transformer_models.py (``gpt``: the tests' size; ``gpt_bench``: issue 26's
+GPT of tests/transformer_models.py (``gpt``: the tests' size; ``gpt_bench``: issue 26's
 benchmark GPT, 4 layers, width 256, 4 heads, context 128, vocabulary 4096, tied embeddings,
 batch 8), in training mode: ``from_torch`` split into its steps (``torch.export.export``,
 ``run_decompositions`` to core ATen, the translation), and the ONNX path (the TorchScript
@@ -28,7 +28,7 @@ from gradc.torch_translate import TorchTranslator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import real_models as rm  # noqa: E402
-import torch_transformer_models as tm  # noqa: E402
+import transformer_models as tm  # noqa: E402
 
 GPTS = {"gpt": dict(batch=2, ids=tm.SEQ),
         "gpt_bench": dict(vocab=4096, width=256, layers=4, heads=4, context=128, batch=8,
@@ -41,7 +41,7 @@ def model_and_input(name: str, size: int) -> tuple[Any, Any]:
         cfg = dict(GPTS[name])
         batch, length = cfg.pop("batch"), cfg.pop("ids")
         torch.manual_seed(0)
-        model = tm.gpt2_init(tm.GPT(**cfg)).train()
+        model = tm.attention_dropout_off(tm.gpt2_init(tm.GPT(**cfg))).train()
         vocab = cfg.get("vocab", tm.VOCAB)
         return model, torch.randint(0, vocab, (batch, length))
     model, shape = rm.make(name, 1, size=size)

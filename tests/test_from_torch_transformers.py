@@ -1,12 +1,15 @@
 """The transformers of the transformer issue through gradc.from_torch (issue 27), against PyTorch
 and the ONNX path.
 
-The models are tests/torch_transformer_models.py's: a GPT with tied embeddings, a BERT with a
-padding mask and a classifier, a ViT, a Llama (RMS norm, SiLU gate, rotary embeddings,
-grouped-query attention), ``nn.TransformerEncoder`` pre- and post-norm, and ``transformers``'
-GPT2LMHeadModel, BertForSequenceClassification, ViTForImageClassification and LlamaForCausalLM
-built from configs (``MODELS``; the other attention implementation of each in ``ALSO``), in
-training mode, dropout 0. Each is translated once per dtype (``prepared``). Checked:
+The models are the transformer zoo's (tests/transformer_models.py): a GPT with tied embeddings,
+a BERT with a padding mask and a classifier, a ViT, a Llama (RMS norm, SiLU gate, rotary
+embeddings, grouped-query attention), ``nn.TransformerEncoder`` pre- and post-norm, and
+``transformers``' GPT2LMHeadModel, BertForSequenceClassification, ViTForImageClassification and
+LlamaForCausalLM built from configs (``MODELS``; the other attention implementation of each in
+``ALSO``), in training mode with every dropout off (``from_torch`` draws a dropout's bits as
+gradc does, SPEC-training §20; the attention dropout is checked in test_from_torch_ops.py).
+The padded positions of BERT's batch hold its pad token, the ``padding_idx`` of its word
+embedding. Each is translated once per dtype (``prepared``). Checked:
 
 - every ATen operator of their programs is translated, evaluated at import or skipped, never
   refused (the table is printed with ``-s``); the forward equals PyTorch's;
@@ -55,7 +58,7 @@ import gradc
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-import torch_transformer_models as tm  # noqa: E402  (needs torch)
+import transformer_models as tm  # noqa: E402  (needs torch)
 from gradc.torch_frontend import decompose  # noqa: E402
 from gradc.torch_ops import ATEN, SKIPPED  # noqa: E402
 from gradc.torch_translate import TorchTranslator  # noqa: E402
@@ -67,6 +70,7 @@ MODELS = ["gpt", "bert", "vit", "llama", "encoder_pre", "encoder_post", "hf_gpt2
 ALSO = ["hf_gpt2_eager", "hf_bert_eager", "hf_vit_sdpa", "hf_llama_eager"]
 FLOAT32_INSIDE = {"hf_llama_sdpa", "hf_llama_eager", "hf_vit_eager"}
 TIGHT, LOOSE = 1e-13, 2e-6  # float64; LOOSE where the model computes in float32 (docstring)
+PAD = 0  # BERT's pad_token_id: the padding_idx of its word embedding
 TRAJ, TRAJ_LOOSE = 1e-12, 1e-3  # the state after training; LOOSE: FLOAT32_INSIDE (docstring)
 FWD_F32, GRAD_F32 = 1e-5, 5e-5
 GRAD_FLOOR = 1e-3
@@ -110,12 +114,21 @@ def one_torch_thread() -> Any:
 _PREPARED: dict[tuple[str, Any], Prepared] = {}
 
 
+def batch(name: str, seed: int = 1, dtype: Any = torch.float64) -> tuple:
+    """The zoo's inputs in the forward's order, ``PAD`` at the positions the mask pads."""
+    args = tm.inputs(name, seed=seed, dtype=dtype)
+    if "attention_mask" in args:
+        args["input_ids"] = args["input_ids"].masked_fill(args["attention_mask"] == 0, PAD)
+    return tuple(args.values())
+
+
 def prepared(name: str, dtype: Any = None) -> Prepared:
-    """The model in ``dtype`` (float64 by default) and its translation, made once."""
+    """The model in ``dtype`` (float64 by default), dropout off, and its translation, made
+    once."""
     dtype = dtype or torch.float64
     if (name, dtype) not in _PREPARED:
-        model = tm.make(name, dtype=dtype)
-        inputs = tm.inputs(name, dtype=dtype)
+        model = tm.attention_dropout_off(tm.make(name, dtype=dtype))
+        inputs = batch(name, dtype=dtype)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
             program = decompose(torch.export.export(model, inputs))
@@ -206,10 +219,10 @@ def test_parameter_gradients_match_torch_autograd_float64(name):
     for n, w in want.items():
         assert rel(got[n], w, GRAD_FLOOR * top) <= tol, n
     if name == "hf_bert_sdpa":  # padding_idx: that row gets no gradient, in both
-        row = got["model.bert.embeddings.word_embeddings.weight"][tm.PAD]
+        row = got["model.bert.embeddings.word_embeddings.weight"][PAD]
         assert not row.any() and not want["model.bert.embeddings.word_embeddings.weight"][
-            tm.PAD].any()
-        assert (p.inputs[0] == tm.PAD).sum() == 3
+            PAD].any()
+        assert (p.inputs[0] == PAD).sum() == 3
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -242,7 +255,7 @@ def test_a_tied_weight_is_one_parameter_under_its_first_name(name):
 
 
 def _batches(name: str, dtype: Any) -> list[tuple[tuple, Any]]:
-    return [(tm.inputs(name, seed=10 + k, dtype=dtype), tm.labels(name, seed=20 + k))
+    return [(batch(name, seed=10 + k, dtype=dtype), tm.labels(name, seed=20 + k))
             for k in range(STEPS)]
 
 
