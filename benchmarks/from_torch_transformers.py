@@ -11,9 +11,10 @@ the larger of its own and 1e-3 of the model's largest):
   torch.optim.AdamW + transformers' schedule + clip_grad_norm_ (float64), each loss, then every
   parameter after the run (transformers have no running statistics);
 - vs ONNX graph: the from_torch graph's forward against the ONNX graph's, same input;
-- params: how many of the module's parameters the graph holds under their state_dict names
-  (the TorchScript export names some after the node that reads them: those are compared by
-  value, as tests/test_from_torch_transformers.py does not).
+- params: how many of the module's trainable parameters the graph holds (from_torch: by
+  state_dict name; the ONNX path: by name, else by an equal value). Those are the ones trained
+  (``Trainer(parameters=...)``): the ONNX path's other initializers, such as a LoRA model's
+  frozen base weights, are parameters there too.
 
 Usage: ``python benchmarks/from_torch_transformers.py [--models gpt llama ...]``.
 """
@@ -46,7 +47,7 @@ def _grads(p: Any) -> float:
 
 def _onnx_names(p: Any, g: gradc.Graph) -> dict[str, str]:
     """gradc parameter -> PyTorch parameter: by name, else by an equal value."""
-    params = {n: t.detach().numpy() for n, t in p.model.named_parameters()}
+    params = {n: t.detach().numpy() for n, t in p.model.named_parameters() if t.requires_grad}
     out = {}
     for q in g.parameters:
         if q.name in params:
@@ -66,7 +67,7 @@ def _trajectory(p: Any, name: str, g: gradc.Graph, names: dict[str, str]) -> tup
     opt = T.O.AdamW(T.LR, betas=T.BETAS, eps=T.ADAM_EPS, weight_decay=T.DECAY,
                     schedule=T.O.WarmupCosine(T.WARMUP, T.TOTAL))
     tr = gradc.Trainer(g, opt, loss="cross_entropy", class_axis=-1, ignore_index=-100,
-                       max_grad_norm=T.CLIP, target="reference")
+                       max_grad_norm=T.CLIP, target="reference", parameters=list(names))
     inputs = [v.name for v in g.inputs if v.name != "rng_state"]
     got = [tr.step(**{k: t.numpy() for k, t in zip(inputs, x)}, labels=y.numpy())
            for x, y in batches]
@@ -95,7 +96,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     for name in args.models:
         p = T.prepared(name)
-        count = len(list(p.model.parameters()))
+        count = sum(1 for t in p.model.parameters() if t.requires_grad)
         f32 = _grads(T.prepared(name, torch.float32))
         names = {q.name: q.name for q in p.graph.parameters}
         loss, state = _trajectory(p, name, p.graph, names)

@@ -3,27 +3,31 @@ and the ONNX path.
 
 The models are the transformer zoo's (tests/transformer_models.py): a GPT with tied embeddings,
 a BERT with a padding mask and a classifier, a ViT, a Llama (RMS norm, SiLU gate, rotary
-embeddings, grouped-query attention), ``nn.TransformerEncoder`` pre- and post-norm, and
+embeddings, grouped-query attention), ``nn.TransformerEncoder`` pre- and post-norm,
 ``transformers``' GPT2LMHeadModel, BertForSequenceClassification, ViTForImageClassification and
 LlamaForCausalLM built from configs (``MODELS``; the other attention implementation of each in
-``ALSO``), in training mode with every dropout off (``from_torch`` draws a dropout's bits as
-gradc does, SPEC-training §20; the attention dropout is checked in test_from_torch_ops.py).
-The padded positions of BERT's batch hold its pad token, the ``padding_idx`` of its word
-embedding. Each is translated once per dtype (``prepared``). Checked:
+``ALSO``), and ``peft``'s LoRA of the GPT (``gpt_lora``: its frozen base weights are constants,
+its adapters the parameters), in training mode with every dropout off (``from_torch`` draws a
+dropout's bits as gradc does, SPEC-training §20; the attention dropout is checked in
+test_from_torch_ops.py). BERT's batch holds its pad token, the ``padding_idx`` of its word
+embedding, at the padded positions and at one attended position (``batch``). Each model is
+translated once per dtype (``prepared``). Checked:
 
 - every ATen operator of their programs is translated, evaluated at import or skipped, never
   refused (the table is printed with ``-s``); the forward equals PyTorch's;
 - the parameter gradients of PyTorch's token loss (cross entropy over the last axis,
   ``ignore_index=-100``, written in gradc after the translated logits) equal torch.autograd's,
-  in float64 and in float32; a tied weight is one parameter under its first ``state_dict``
-  name, and BERT's padding row gets PyTorch's gradient, exactly 0;
+  in float64 and in float32, one gradc parameter per trainable PyTorch parameter; a tied
+  weight is one parameter under its first ``state_dict`` name, and BERT's padding row gets
+  PyTorch's gradient, exactly 0;
 - a 4-step trajectory (AdamW, ``WarmupCosine``, ``max_grad_norm``, ``class_axis=-1``,
   ``ignore_index=-100``) equals ``torch.optim.AdamW`` + ``transformers``'
   ``get_cosine_schedule_with_warmup`` + ``clip_grad_norm_``: each loss, and the whole
   ``state_dict`` after ``trainer.to_torch`` (the tie kept);
 - the from_torch graph computes what ``from_onnx`` makes of the TorchScript training export of
-  the same module (forward, and every parameter gradient the two name alike), skipped with the
-  importer's reason where the ONNX path refuses the export.
+  the same module (forward, and every parameter gradient the two name alike; BERT's padding
+  row apart, which the export does not know), skipped with the reason where the exporter or
+  the importer refuses.
 
 Tolerances, relative to the largest magnitude of the expected array (a gradient to the larger
 of its own and 1e-3 of the model's largest, as a gradient that is 0 in exact arithmetic, the
@@ -66,7 +70,7 @@ from gradc.torch_translate import TorchTranslator  # noqa: E402
 logging.getLogger("torch.onnx").setLevel(logging.ERROR)
 O = gradc.optim
 MODELS = ["gpt", "bert", "vit", "llama", "encoder_pre", "encoder_post", "hf_gpt2_sdpa",
-          "hf_bert_sdpa", "hf_vit_eager", "hf_llama_sdpa"]
+          "hf_bert_sdpa", "hf_vit_eager", "hf_llama_sdpa", "gpt_lora"]
 ALSO = ["hf_gpt2_eager", "hf_bert_eager", "hf_vit_sdpa", "hf_llama_eager"]
 FLOAT32_INSIDE = {"hf_llama_sdpa", "hf_llama_eager", "hf_vit_eager"}
 TIGHT, LOOSE = 1e-13, 2e-6  # float64; LOOSE where the model computes in float32 (docstring)
@@ -115,10 +119,13 @@ _PREPARED: dict[tuple[str, Any], Prepared] = {}
 
 
 def batch(name: str, seed: int = 1, dtype: Any = torch.float64) -> tuple:
-    """The zoo's inputs in the forward's order, ``PAD`` at the positions the mask pads."""
+    """The zoo's inputs in the forward's order; with a padding mask, ``PAD`` at the positions
+    it pads and at one it keeps (there the row's gradient is not 0 without ``padding_idx``)."""
     args = tm.inputs(name, seed=seed, dtype=dtype)
     if "attention_mask" in args:
-        args["input_ids"] = args["input_ids"].masked_fill(args["attention_mask"] == 0, PAD)
+        ids = args["input_ids"].masked_fill(args["attention_mask"] == 0, PAD)
+        ids[0, tm.SEQ // 2] = PAD
+        args["input_ids"] = ids
     return tuple(args.values())
 
 
@@ -197,7 +204,7 @@ def gradients(p: Prepared) -> tuple[float, dict[str, np.ndarray], float, dict[st
     model = copy.deepcopy(p.model)
     loss = tm.loss_fn(model(*p.inputs), p.labels)
     loss.backward()
-    want = {n: t.grad.numpy() for n, t in model.named_parameters()}
+    want = {n: t.grad.numpy() for n, t in model.named_parameters() if t.requires_grad}
     lg = loss_graph(p)
     names = [q.name for q in lg.parameters if q.type.dtype.is_float]
     gg = gradc.grad(lg, names)
@@ -222,7 +229,7 @@ def test_parameter_gradients_match_torch_autograd_float64(name):
         row = got["model.bert.embeddings.word_embeddings.weight"][PAD]
         assert not row.any() and not want["model.bert.embeddings.word_embeddings.weight"][
             PAD].any()
-        assert (p.inputs[0] == PAD).sum() == 3
+        assert (p.inputs[0] == PAD).sum() == 4
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -341,5 +348,9 @@ def test_same_results_as_the_onnx_path(name):
                                                            grad_output=cot))
     top = max(float(np.abs(grads[1][f"grad_{n}"]).max()) for n in shared)
     for n in shared:
-        assert rel(grads[0][f"grad_{n}"], grads[1][f"grad_{n}"], GRAD_FLOOR * top) <= _tight(
-            name), n
+        ours, theirs = grads[0][f"grad_{n}"], grads[1][f"grad_{n}"]
+        if n.endswith("word_embeddings.weight") and name.startswith("hf_bert"):
+            # the export does not record padding_idx: the ONNX path trains that row too
+            assert not ours[PAD].any() and theirs[PAD].any()
+            ours, theirs = np.delete(ours, PAD, 0), np.delete(theirs, PAD, 0)
+        assert rel(ours, theirs, GRAD_FLOOR * top) <= _tight(name), n
