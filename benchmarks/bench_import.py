@@ -1,7 +1,9 @@
 """Import time of a PyTorch model: ``gradc.from_torch`` against the ONNX path.
 
-For each model of tests/real_models.py at full width (batch 2, 224x224; the MLP 3x32x32), in
-training mode: ``from_torch`` split into its steps (``torch.export.export``,
+For each model of tests/real_models.py at full width (batch 2, 224x224; the MLP 3x32x32) and the
+GPT of tests/transformer_models.py (``gpt``: the tests' size; ``gpt_bench``: issue 26's
+benchmark GPT, 4 layers, width 256, 4 heads, context 128, vocabulary 4096, tied embeddings,
+batch 8), in training mode: ``from_torch`` split into its steps (``torch.export.export``,
 ``run_decompositions`` to core ATen, the translation), and the ONNX path (the TorchScript
 training export to bytes, then ``gradc.from_onnx``). Medians of ``--repeat`` runs, one torch
 thread. Usage: ``python benchmarks/bench_import.py [--models resnet18 ...] [--repeat 3]``.
@@ -26,6 +28,24 @@ from gradc.torch_translate import TorchTranslator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import real_models as rm  # noqa: E402
+import transformer_models as tm  # noqa: E402
+
+GPTS = {"gpt": dict(batch=2, ids=tm.SEQ),
+        "gpt_bench": dict(vocab=4096, width=256, layers=4, heads=4, context=128, batch=8,
+                          ids=128)}
+
+
+def model_and_input(name: str, size: int) -> tuple[Any, Any]:
+    """The model in training mode and an example input."""
+    if name in GPTS:
+        cfg = dict(GPTS[name])
+        batch, length = cfg.pop("batch"), cfg.pop("ids")
+        torch.manual_seed(0)
+        model = tm.attention_dropout_off(tm.gpt2_init(tm.GPT(**cfg))).train()
+        vocab = cfg.get("vocab", tm.VOCAB)
+        return model, torch.randint(0, vocab, (batch, length))
+    model, shape = rm.make(name, 1, size=size)
+    return model.train(), torch.randn(2, *shape)
 
 
 def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -53,7 +73,8 @@ def onnx_steps(model: Any, x: Any) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", nargs="+", default=["resnet18", "mobilenet_v2", "mlp"])
+    ap.add_argument("--models", nargs="+", default=["resnet18", "mobilenet_v2", "mlp", "gpt",
+                                                    "gpt_bench"])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--size", type=int, default=224)
     args = ap.parse_args()
@@ -64,9 +85,7 @@ def main() -> None:
     print(f"| model | {' | '.join(cols)} | from_torch / onnx path | gradc nodes (torch, onnx) |")
     print("|---" * (len(cols) + 3) + "|")
     for name in args.models:
-        model, shape = rm.make(name, 1, size=args.size)
-        model.train()
-        x = torch.randn(2, *shape)
+        model, x = model_and_input(name, args.size)
         runs = [{**from_torch_steps(model, x), **onnx_steps(model, x)}
                 for _ in range(args.repeat)]
         med = {k: statistics.median(r[k] for r in runs) for k in cols}

@@ -9,10 +9,12 @@ A frontend beside the ONNX importer, with the same shape:
 2. ``run_decompositions`` lowers the program to core ATen with ``decomposition_table``:
    PyTorch's default table, less the operators gradc has natively (``KEPT``), so that a linear
    layer stays one ``gemm`` (and a symbolic batch is never merged into another axis), an
-   adaptive pooling to 1x1 stays a mean, an upsampling stays one ``resample`` and a loss stays
-   gradc's composite. Convolution, batch normalization, max pooling with indices, average
-   pooling, softmax, dropout, embedding, layer norm and GELU are core ATen operators: the
-   default table keeps them already.
+   adaptive pooling to 1x1 stays a mean, an upsampling stays one ``resample``, a loss stays
+   gradc's composite, and scaled dot-product attention is translated as PyTorch's
+   decomposition writes it (``torch_transformer.py``; torch's own decomposition of it breaks
+   a later ``view`` in ``transformers``' GPT-2). Convolution, batch normalization, max
+   pooling with indices, average pooling, softmax, dropout, embedding, layer norm and GELU
+   are core ATen operators: the default table keeps them already.
 3. ``TorchTranslator`` (``torch_translate.py``) translates the ATen graph node by node through
    the table of ``gradc.torch_ops``; what it cannot translate is listed in one
    ``UnsupportedError``.
@@ -43,7 +45,8 @@ KEPT = ("linear.default", "matmul.default", "adaptive_avg_pool2d.default",
         "_upsample_nearest_exact1d.vec", "_upsample_nearest_exact1d.default",
         "_upsample_nearest_exact2d.vec", "_upsample_nearest_exact2d.default",
         "upsample_linear1d.vec", "upsample_linear1d.default",
-        "nll_loss_forward.default", "nll_loss2d_forward.default", "mse_loss.default")
+        "nll_loss_forward.default", "nll_loss2d_forward.default", "mse_loss.default",
+        "scaled_dot_product_attention.default")
 
 
 def import_torch() -> Any:

@@ -12,6 +12,13 @@ Choices where gradc's operator differs from ATen's:
 - ``rsqrt`` and ``reciprocal`` are ``div(1, sqrt(x))`` and ``div(1, x)``: within a rounding of
   PyTorch's kernels, not bit for bit.
 - ``var`` is the two-pass mean of squared deviations divided by ``n - correction``.
+- ``gelu`` (both ``approximate`` values), ``erf``, ``sin``, ``cos`` and ``isnan`` are gradc's
+  operators of the same names (SPEC-transformers §25); an integer operand of ``erf``, ``sin``
+  or ``cos`` is cast to the result's float dtype first, as PyTorch promotes it.
+- A ``full_like`` whose every reader is a ``where`` that it does not shape (the zeros of
+  ``_safe_softmax``'s decomposition, ``where(all_masked, zeros_like(p), p)``) is a rank-0
+  constant: no tensor of zeros is made, and the softmax under it is a guarded softmax whose
+  gradient is finite on fully masked rows (§27.2 needs the zero to be a constant).
 """
 
 from __future__ import annotations
@@ -20,12 +27,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from gradc.errors import UnsupportedError
+from gradc.errors import UnsupportedError, VerifyError
 from gradc.ir import builders as B
 from gradc.ir.core import Value
 from gradc.ir.ops.common import F, RELU_DTYPES
 from gradc.ir.types import DType
-from gradc.torch_ops import Context, TorchNode, aten, axes, number
+from gradc.torch_ops import Context, TorchNode, aten, aten_name, axes, number
 
 # -- arithmetic ------------------------------------------------------------------------------
 
@@ -103,6 +110,29 @@ _unary("log.default", fn=B.log)
 _unary("sqrt.default", fn=B.sqrt)
 _unary("rsqrt.default", fn=lambda x: B.div(_one(x), B.sqrt(x)))
 _unary("reciprocal.default", fn=lambda x: B.div(_one(x), x))
+_unary("erf.default", fn=B.erf)
+_unary("sin.default", fn=B.sin)
+_unary("cos.default", fn=B.cos)
+
+APPROXIMATIONS = ("none", "tanh")
+
+
+@aten("gelu.default")
+def _gelu(n: TorchNode, ctx: Context) -> Value:
+    approximate = n.arg("approximate", "none")
+    if approximate not in APPROXIMATIONS:
+        raise VerifyError(f"argument approximate: expected 'none' or 'tanh', got "
+                          f"{approximate!r}")
+    return B.gelu(_float_operand(n, ctx), approximate)
+
+
+@aten("isnan.default")
+def _isnan(n: TorchNode, ctx: Context) -> Value:
+    x = ctx.value(n.arg("self"), "self")
+    if not x.type.dtype.is_float:  # an integer or bool tensor holds no NaN
+        return B.expand(B.constant(np.array(False)), x) if x.type.rank else B.constant(
+            np.array(False))
+    return B.is_nan(x)
 
 
 def _rank0(x: Value, fn: Callable[[Value], Value]) -> Value:
@@ -345,10 +375,48 @@ def _full(n: TorchNode, ctx: Context) -> Value:
 @aten("full_like.default")
 def _full_like(n: TorchNode, ctx: Context) -> Value:
     value = n.arg("fill_value")
+    if _only_broadcast(n.fx):  # (module docstring)
+        return B.constant(number(value, ctx.dtype(n), "fill_value"))
     like = ctx.value(n.arg("self"), "self")
     if not like.type.shape:
         return B.constant(number(value, ctx.dtype(n), "fill_value"))
     return _filled(value, ctx.dtype(n), like)
+
+
+def _only_broadcast(fx: Any) -> bool:
+    """True when every reader of ``fx`` is a ``where`` that reads it as a value and whose
+    result has the shape of its other operands broadcast without it."""
+    if not fx.users:
+        return False
+    for u in fx.users:
+        if aten_name(u.target) != "where.self" or u.args[0] is fx or len(u.args) != 3:
+            return False
+        others = [a for a in u.args if a is not fx]
+        shapes = [tuple(a.meta["val"].shape) for a in others
+                  if hasattr(a, "meta") and hasattr(a.meta.get("val"), "shape")]
+        out = getattr(u.meta.get("val"), "shape", None)
+        if out is None or len(shapes) != len(others) or _broadcast(shapes) != tuple(
+                _size(d) for d in out):
+            return False
+    return True
+
+
+def _broadcast(shapes: list[tuple]) -> tuple | None:
+    """NumPy's broadcast of shapes, a symbolic size compared by its name (None when they
+    clash)."""
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[Any] = []
+    for i in range(rank):
+        dims = {_size(s[len(s) - rank + i]) for s in shapes if len(s) - rank + i >= 0}
+        big = dims - {1}
+        if len(big) > 1:
+            return None
+        out.append(big.pop() if big else 1)
+    return tuple(out)
+
+
+def _size(d: Any) -> int | str:
+    return d if isinstance(d, int) else str(d)
 
 
 __all__: list[str] = []

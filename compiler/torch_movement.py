@@ -145,13 +145,22 @@ def _select(n: TorchNode, ctx: Context) -> Value:
 
 @aten("cat.default")
 def _cat(n: TorchNode, ctx: Context) -> Value:
+    """``cat``; empty parts (a key/value cache before its first entry, ``transformers``'
+    ``DynamicCache``) add nothing and are left out, as PyTorch leaves them out."""
     dt = ctx.dtype(n)
-    parts = [ctx.operand(t, dt, f"tensors[{i}]") for i, t in enumerate(n.arg("tensors"))]
+    parts = [ctx.operand(t, dt, f"tensors[{i}]") for i, t in enumerate(n.arg("tensors"))
+             if not _empty(t)]
     if not parts:
         raise VerifyError("argument tensors: expected at least one tensor, got none")
     if len(parts) == 1:
         return parts[0]
     return B.join(parts, axis(n.arg("dim", 0), parts[0].type.rank))
+
+
+def _empty(arg: Any) -> bool:
+    """True for an argument whose example tensor has no elements."""
+    shape = getattr(arg.meta.get("val") if hasattr(arg, "meta") else None, "shape", ())
+    return any(isinstance(d, int) and d == 0 for d in shape)
 
 
 def _split(x: Value, ax: int, sizes: Sequence[int]) -> tuple[Value, ...]:

@@ -88,7 +88,7 @@ def _to_rank(v: Value, rank: int) -> Value:
     return B.reshape(v, (1,) * (rank - v.type.rank) + tuple(v.type.shape))
 
 
-def _matmul(a: Value, b: Value, trans_b: bool = False, c: Value | None = None) -> Value:
+def matmul(a: Value, b: Value, trans_b: bool = False, c: Value | None = None) -> Value:
     """NumPy's matmul (1-D operands get a unit axis, removed after) as one ``gemm``."""
     if a.type.rank == 0 or b.type.rank == 0:
         raise UnsupportedError("a scalar operand is not supported (matmul needs rank >= 1)")
@@ -120,15 +120,15 @@ def _linear(n: TorchNode, ctx: Context) -> Value:
     b = n.arg("bias", None)
     bias = ctx.value(b, "bias") if b is not None else None
     if x.type.rank == 1 or w.type.rank == 1:
-        y = _matmul(x, w, trans_b=w.type.rank == 2)
+        y = matmul(x, w, trans_b=w.type.rank == 2)
         return y if bias is None else B.add(y, bias)
-    return _matmul(x, w, trans_b=True, c=bias)
+    return matmul(x, w, trans_b=True, c=bias)
 
 
 @aten("matmul.default", "mm.default", "bmm.default")
 def _mm(n: TorchNode, ctx: Context) -> Value:
     a = _float(ctx.value(n.arg("self"), "self"), "self")
-    return _matmul(a, ctx.value(n.arg("other" if n.op.startswith("matmul") else "mat2"),
+    return matmul(a, ctx.value(n.arg("other" if n.op.startswith("matmul") else "mat2"),
                                 "other"))
 
 
@@ -293,4 +293,4 @@ def _mse_loss(n: TorchNode, ctx: Context) -> Value:
                               _reduction(n))
 
 
-__all__: list[str] = []
+__all__ = ["matmul"]

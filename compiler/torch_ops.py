@@ -10,14 +10,15 @@ them plain Python values and does what needs torch (evaluating constant subgraph
 
 The converters live in ``torch_math.py`` (element-wise math, comparisons, reductions, tensors
 made from sizes), ``torch_movement.py`` (views, permutations, slices, concatenation, padding),
-``torch_nn.py`` (convolution, matrix products, batch normalization, softmax, dropout, losses)
-and ``torch_pool.py`` (pooling, upsampling). The table holds only operators a decomposed
+``torch_nn.py`` (convolution, matrix products, batch normalization, softmax, dropout, losses),
+``torch_pool.py`` (pooling, upsampling) and ``torch_transformer.py`` (embeddings and indexing,
+layer normalization, scaled dot-product attention). The table holds only operators a decomposed
 program can contain (``tests/test_from_torch_ops.py`` checks that each builds a graph). Two
 further tables say what is not converted:
 
-- ``PENDING``: ATen operators that need a gradc operator gradc does not have yet (the
-  transformer operators). ``from_torch`` refuses them with the operator they wait for; when it
-  lands, its converter is one ``@aten`` function and the line here goes.
+- ``PENDING``: ATen operators that need a gradc operator gradc does not have yet (empty since
+  the transformer operators landed). ``from_torch`` refuses them with the operator they wait
+  for; when it lands, its converter is one ``@aten`` function and the line here goes.
 - ``SKIPPED``: nodes that compute no tensor (size queries and assertions the exporter leaves in
   the graph); their sizes are read from the exporter's metadata where used.
 
@@ -51,13 +52,7 @@ class Converter:
 ATEN: dict[str, Converter] = {}
 
 # ATen operator -> the gradc operator it needs (SPEC-transformers; being added on other branches).
-PENDING: dict[str, str] = {
-    "embedding.default": "gather", "index_select.default": "gather",
-    "gather.default": "gather", "index.Tensor": "gather",
-    "native_layer_norm.default": "mean_variance_normalization",
-    "gelu.default": "gelu", "erf.default": "erf", "isnan.default": "is_nan",
-    "sin.default": "sin", "cos.default": "cos",
-}
+PENDING: dict[str, str] = {}
 
 SKIPPED = frozenset({
     "sym_size.int", "sym_numel.default", "sym_stride.int", "sym_storage_offset.default",

@@ -47,7 +47,7 @@ from gradc.ir.state import SUFFIX
 from gradc.torch_ops import ATEN, PENDING, SKIPPED, TorchNode, aten_name
 from gradc.torch_values import RNG_INPUT, RNG_OUTPUT, TorchValues
 # Importing a converter module registers its converters.
-from gradc import torch_math, torch_movement, torch_nn, torch_pool  # noqa: F401
+from gradc import torch_math, torch_movement, torch_nn, torch_pool, torch_transformer  # noqa: F401
 
 FOLD_LIMIT = 1 << 20  # elements of a tensor evaluated at import
 

@@ -21,6 +21,7 @@ from torch import nn  # noqa: E402
 from torch_modules import Fn, check, rand  # noqa: E402  (needs torch)
 
 import gradc.torch_translate  # noqa: E402,F401  (registers every converter of the table)
+from gradc.ir.ops.softmax import guard_of  # noqa: E402
 from gradc.torch_ops import ATEN, Converter  # noqa: E402
 
 A = torch.ops.aten
@@ -238,32 +239,144 @@ def test_dropout_in_training_is_gradcs_dropout():
     assert [v.name for v in eval_graph.inputs] == ["x"]
 
 
-def test_pending_transformer_operators_are_refused_together():
-    """Embedding, layer norm and GELU wait for gradc operators being added (gather,
-    mean_variance_normalization, gelu): one UnsupportedError names each ATen operator, its
-    module path and its source line, grouped on the first line."""
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.tok = nn.Embedding(10, 8)
-            self.norm = nn.LayerNorm(8)
-            self.mlp = nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 8), nn.GELU())
+def _ids(*rows):
+    return torch.tensor(rows, dtype=torch.int64)
 
-        def forward(self, ids):
-            return self.mlp(self.norm(self.tok(ids)))
 
+def _mask(*rows):
+    return torch.tensor(rows, dtype=torch.bool)
+
+
+def _attention(**kw):
+    def fn(m, q, k, v, *mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[0] if mask else None, **kw)
+    return fn
+
+
+Q, KV = (2, 4, 3, 8), (2, 2, 5, 8)  # (batch, heads, sequence, head size); GQA: 2 key heads
+# name -> (the module's forward, its inputs): the transformer operators (SPEC-transformers)
+TRANSFORMER = {
+    # embedding (BERT's padding_idx: that row gets no gradient), index_select, x[i], x[:, i],
+    # constant index tensors on adjacent axes, torch.gather with a constant index
+    "embedding_padding_idx": (lambda m, ids: F.embedding(ids, m.w, padding_idx=2)
+                              + F.embedding(ids, m.w) * 0.5,
+                              lambda: (_ids([2, 0, 5], [2, 2, 1]),)),
+    "indexing": (lambda m, x, i, j: (x.index_select(1, i), x[j], x[:, j], x.index_select(0, i[1:]),
+                                     x[torch.tensor([[0], [2]]), torch.tensor([1, 3, -1])],
+                                     x.gather(1, torch.tensor([[0, 0, 3], [1, 2, 2], [3, 0, 1]]))),
+                 lambda: (rand(3, 4, seed=1), _ids(2, 0, 1), _ids(2, -1))),
+    # layer norm: affine, without bias, without affine over two axes, its mean and rstd read;
+    # RMS norm, which torch decomposes (pow, mean, add, rsqrt, mul: translated op by op)
+    "layer_norm": (lambda m, x: (F.layer_norm(x, (4,), m.w[0], m.w[1], 2.0 ** -10),
+                                 F.layer_norm(x, (4,), m.w[0]), F.layer_norm(x, (3, 4)),
+                                 *A.native_layer_norm(x, [4], m.w[1], None, 1e-5),
+                                 F.rms_norm(x, (4,), m.w[0], 2.0 ** -10), F.rms_norm(x, (3, 4))),
+                   lambda: (rand(2, 3, 4, seed=1),)),
+    "gelu_erf_sin_cos_isnan": (lambda m, x: (F.gelu(x), F.gelu(x, approximate="tanh"),
+                                             torch.erf(x), torch.sin(x), torch.cos(x),
+                                             torch.isnan(x / (x * 0 + (x > 0))),
+                                             torch.isnan(torch.arange(3)[None] + x[..., :3]),
+                                             torch.erf(torch.ones(2, dtype=torch.int64))),
+                               lambda: (rand(3, 4, seed=1),)),
+    # scaled dot-product attention (kept whole, written as PyTorch's math decomposition)
+    "sdpa_causal_scale": (_attention(is_causal=True, scale=0.3),
+                          lambda: (rand(*Q, seed=1), rand(*Q, seed=2), rand(*Q, seed=3))),
+    "sdpa_gqa_float_mask": (_attention(enable_gqa=True),
+                            lambda: (rand(*Q, seed=1), rand(*KV, seed=2), rand(*KV, seed=3),
+                                     rand(3, 5, seed=4))),
+    # a bool mask with a fully masked query row: zeros, and a finite gradient (§27.2)
+    "sdpa_bool_mask_masked_row": (_attention(),
+                                  lambda: (rand(2, 3, 8, seed=1), rand(2, 5, 8, seed=2),
+                                           rand(2, 5, 8, seed=3),
+                                           _mask([1, 0, 1, 1, 0], [0, 0, 0, 0, 0],
+                                                 [1, 1, 1, 1, 1]))),
+    # the flash-attention form older exports hold: decomposed by torch to the math form
+    "sdpa_flash_for_cpu_decomposed": (
+        lambda m, q, k, v: A._scaled_dot_product_flash_attention_for_cpu(q, k, v,
+                                                                        is_causal=True)[0],
+        lambda: (rand(*Q, seed=1), rand(*Q, seed=2), rand(*Q, seed=3))),
+    # _safe_softmax as torch decomposes it, where(all masked, zeros_like(p), p), with a fully
+    # masked row: b's gradient sums every row, NaN without §27.2's guard
+    "safe_softmax_decomposed": (lambda m, x, mask: A._safe_softmax(
+        x.masked_fill(mask, float("-inf")) + m.b, -1) * 2,
+        lambda: (rand(3, 4, seed=1), _mask([0, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]))),
+}
+TRANSFORMER_PARAMS = {"embedding_padding_idx": {"w": lambda: rand(6, 3, seed=5)},
+                      "layer_norm": {"w": lambda: rand(2, 4, seed=5)},
+                      "safe_softmax_decomposed": {"b": lambda: rand(1, 4, seed=5)}}
+
+
+def _transformer_case(name):
+    fn, inputs = TRANSFORMER[name]
+    params = {k: f() for k, f in TRANSFORMER_PARAMS.get(name, {}).items()}
+    return _fn(fn, **params), inputs()
+
+
+@pytest.mark.parametrize("name", TRANSFORMER)
+def test_transformer_operator_matches_pytorch(name):
+    m, inputs = _transformer_case(name)
+    g = check(m, *inputs)
+    RAN.add(name)
+    if name == "embedding_padding_idx":  # the padding row comes through no gradient
+        assert "adam_optimizer" in {n.op for n in g.nodes}
+    if name.startswith(("sdpa", "safe_softmax")):  # every softmax is §27.2's guarded one
+        softmaxes = [n for n in g.nodes if n.op == "softmax"]
+        assert softmaxes and all(guard_of(n) is not None for n in softmaxes)
+    if name == "sdpa_bool_mask_masked_row":
+        out = gradc.compile(g, target="reference")(**{v.name: t.numpy() for v, t in zip(
+            g.inputs, inputs)})["output"]
+        assert not out[:, 1].any() and np.isfinite(out).all()
+
+
+def test_attention_dropout_is_gradcs_dropout_on_the_probabilities():
+    """dropout_p = 0.5 (applied in either mode, as PyTorch does): with q = k = 0 every
+    probability is 1/5 and v = 1, so each output is (kept keys) / (5 * 0.5)."""
+    m = _fn(lambda m, q, k, v: F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)).eval()
+    q, k, v = torch.zeros(2, 4, 3, 8), torch.zeros(2, 4, 5, 8), torch.ones(2, 4, 5, 8)
+    g = gradc.from_torch(m, (q, k, v))
+    assert [x.name for x in g.inputs][-1] == "rng_state"
+    assert [x.name for x in g.outputs] == ["output", "rng_state_out"]
+    out = gradc.compile(g, target="reference")(xs_0=q.numpy(), xs_1=k.numpy(), xs_2=v.numpy(),
+                                               rng_state=np.array([0, 0, 0, 0, 3, 0],
+                                                                  np.uint32))["output"]
+    kept = out * 2.5
+    np.testing.assert_allclose(kept, np.round(kept), atol=1e-5)
+    assert kept.min() >= 0 and kept.max() <= 5 and 1.5 < kept.mean() < 3.5
+    assert np.all(out == out[..., :1])  # one mask per (query, key): the same on every channel
+
+
+class Refused(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tok = nn.Embedding(10, 8, scale_grad_by_freq=True)
+
+    def forward(self, ids, x):
+        y = self.tok(ids).sum() + torch.cumsum(x, 1).sum() + torch.cumsum(x, 0).sum()
+        return y + x[:, :, 0].gather(1, ids[:, :2] - 1).sum() + x[ids[:1, :1], :, ids[:1, :1]].sum()
+
+
+def test_refusals_are_reported_together_with_their_places():
+    """One UnsupportedError names each ATen operator, its module path and its source line,
+    grouped on the first line: an embedding's gradient options, PyTorch's element-wise gather
+    with a computed index, index tensors apart, and an operator without a converter."""
     with pytest.raises(gradc.UnsupportedError) as e:
-        gradc.from_torch(Block(), (torch.tensor([[1, 2, 3]]),))
+        gradc.from_torch(Refused(), (_ids([1, 2, 3], [4, 5, 6]), rand(2, 3, 4)))
     first, *rest = str(e.value).splitlines()
-    assert first.startswith("torch program 'Block': 4 unsupported features: ")
+    assert first.startswith("torch program 'Refused': 5 unsupported features: ")
     assert "aten.embedding.default (1 node, first node 'embedding' in 'tok', " \
            "test_from_torch_ops.py:" in first
-    assert "aten.native_layer_norm.default (1 node, first node 'native_layer_norm' in " \
-           "'norm'" in first
-    assert "aten.gelu.default (2 nodes, first node 'gelu' in 'mlp.1'" in first
-    assert len(rest) == 4 and "needs gradc's gelu operator" in rest[-1]
-    assert "'mlp.3'" in rest[-1]
+    assert "aten.cumsum.default (2 nodes, first node 'cumsum', test_from_torch_ops.py:" in first
+    assert "scale_grad_by_freq=True is not supported" in rest[0]
+    assert any("aten.gather.default" in r and "GatherElements" in r for r in rest)
+    assert any("aten.index.Tensor" in r and "not adjacent" in r for r in rest)
     assert e.value.problems == rest
+
+
+def test_a_constant_index_out_of_range_is_refused_at_import():
+    m = _fn(lambda m, x: x.gather(1, torch.tensor([[0, 4]])))
+    with pytest.raises(gradc.VerifyError, match=r"aten\.gather\.default .*index\[0, 1\] = 4: "
+                       r"expected an index in 0\.\.3"):
+        gradc.from_torch(m, (rand(1, 4),))
 
 
 class Cumsum(nn.Module):
@@ -288,6 +401,9 @@ def test_every_converter_is_exercised():
         fn, count = FUNCTIONS[name]
         params = {k: f() for k, f in PARAMS.get(name, {}).items()}
         gradc.from_torch(_fn(fn, **params), tuple([rand(3, 4, seed=1), rand(3, 4)][:count]))
+    for name in set(TRANSFORMER) - RAN:
+        m, inputs = _transformer_case(name)
+        gradc.from_torch(m, inputs)
     if "losses" not in RAN or "symbolic" not in RAN:
         pytest.skip("needs test_softmax_axes_and_losses and test_sizes_from_a_symbolic_batch")
     gradc.from_torch(Dropout(), (rand(4, 4),))
