@@ -73,6 +73,9 @@ class Program:
     launches: list[Launch] = field(default_factory=list)
     in_place: dict[int, int] = field(default_factory=dict)  # output index -> input index
     error_offset: int | None = None  # arena offset of the run-time error record (index.py)
+    # the kernels (labels) whose sums run in another order than the canonical one (sums=
+    # "split"): empty when every result is the reference's bits
+    reordered: list[str] = field(default_factory=list)
 
 
 def check_supported(graph: Graph) -> None:
@@ -118,10 +121,17 @@ class _CudaKernels:
 KERNELS = _CudaKernels()
 
 
+SUMS = ("canonical", "split")
+
+
 def generate(graph: Graph, shapes: Mapping[str, int] | None = None,
-             in_place: Mapping[str, str] | None = None) -> Program:
+             in_place: Mapping[str, str] | None = None, sums: str = "canonical") -> Program:
     """The CUDA program of a verified graph with every symbol bound by ``shapes``
-    (UnsupportedError before any text otherwise); parameters are inputs like the others."""
+    (UnsupportedError before any text otherwise); parameters are inputs like the others.
+    ``sums``: "canonical" (every sum in the reference's order) or "split" (long sums into few
+    outputs split, ``split.py``)."""
+    if sums not in SUMS:
+        raise ValueError(f"internal error: cuda target: sums={sums!r}")
     graph = parameters_as_inputs(graph)
     check_supported(graph)
     shapes = dict(shapes or {})
@@ -136,7 +146,7 @@ def generate(graph: Graph, shapes: Mapping[str, int] | None = None,
     granted = plan_in_place(graph, plan, in_place or {}, KERNELS)
     granted = checks_before_writes(graph, plan, granted)
     memory = assign_buffers(graph, plan, granted, KERNELS)
-    return _Builder(graph, plan, Dims([], shapes), memory, granted).build()
+    return _Builder(graph, plan, Dims([], shapes), memory, granted, sums == "split").build()
 
 
 def _aligned(n: int, a: int = IO_ALIGN) -> int:
@@ -147,9 +157,11 @@ class _Builder:
     """Lays out the arena and writes the kernels."""
 
     def __init__(self, graph: Graph, plan: Plan, dims: Dims, memory: Memory,
-                 in_place: dict[int, int]) -> None:
+                 in_place: dict[int, int], split: bool = False) -> None:
         self.graph, self.plan, self.dims, self.memory = graph, plan, dims, memory
         self.in_place = in_place
+        self.split = split
+        self.reordered: list[str] = []
         self.statics: list[str] = []
         self.kernels: list[CWriter] = []
         self.launches: list[Launch] = []
@@ -207,7 +219,8 @@ class _Builder:
                        [self.offset[Buffer("input", i)] for i in range(len(g.inputs))],
                        [self.offset[buffers[self.plan.resolve(v)]] for v in g.outputs],
                        self.arena_bytes, [tuple(_sizes(self.dims, v)) for v in g.outputs],
-                       list(self.launches), dict(self.in_place), self.error_at)
+                       list(self.launches), dict(self.in_place), self.error_at,
+                       list(self.reordered))
 
     def _constant(self, n: Node, index: int, is_output: bool) -> None:
         """A ``__device__`` array of the constant's bit patterns (and, for an output, a copy
@@ -251,13 +264,15 @@ class _Builder:
             for bv, ov in zip(n.body.outputs, n.outputs):
                 bind(bv, ov, True)
         k = CudaKernel(f"k{len(self.kernels)}", n, self.dims, ptr,
-                       scratch_at=self.scratch_at, error_at=self.error_at)
+                       scratch_at=self.scratch_at, error_at=self.error_at, split=self.split)
         if n.body is None:
             EMITTERS[n.op](k)
         elif n.attrs["kind"] == "elementwise":
             elementwise.emit_elementwise(k)
         else:
             EMITTERS[n.attrs["kind"]](k)
+        if k.reordered:
+            self.reordered.append(label(n))
 
         def decls(read: set[str]) -> list[str]:
             out = []

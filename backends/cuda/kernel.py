@@ -72,6 +72,8 @@ class CudaKernel(Kernel):
     scratch_at: int = 0  # arena offset of the scratch region (set by emit.py)
     scratch_bytes: int = 0  # scratch used so far by this node
     error_at: int | None = None  # arena offset of the error record, if the program has one
+    split: bool = False  # sums="split": long sums into few outputs may be split (split.py)
+    reordered: bool = False  # set by an emitter that summed in another order than canonical
 
     def next_launch(self) -> None:
         """Close the current launch; what follows is written into the next one."""
