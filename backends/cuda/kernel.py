@@ -11,6 +11,7 @@ over ``count`` work items (output elements, groups, ...), from which ``emit.py``
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
@@ -80,6 +81,14 @@ class CudaKernel(Kernel):
         self.parts.append(self.part())
         self.code, self.work, self.barrier, self.read = CWriter(), 1, False, set()
         self.block = BLOCK
+
+    def note_reads(self) -> None:
+        """Note as used every buffer pointer that the current launch's text names (for lines
+        made by closures that called ``param`` while an earlier launch was being written)."""
+        text = self.code.text()
+        for name in set(self.ptr.values()):
+            if re.search(rf"\b{name}\b", text):
+                self.read.add(name)
 
     def part(self) -> Part:
         """The current launch."""
