@@ -8,6 +8,8 @@ its own text. The stages, in the order a target runs them:
 
 - ``flatten``: the kernels in graph order. A legal fused group (``gradc.ir.fused``) is one
   kernel; the nodes of any other fused node are inlined, their values aliased to the outer ones.
+- ``fold_output_reshapes`` (optional): a reshape into a graph output becomes its operand's
+  producer writing into the output's buffer (no copy kernel).
 - ``hoist_sinks``: kernels that only feed the graph's outputs (a parameter's update), and small
   ones, move up to just after what they read.
 - ``plan_in_place``: which outputs are written into an input's buffer (``update_in_place``),
@@ -116,6 +118,37 @@ def flatten(g: Graph, plan: Plan) -> None:
             plan.nodes.append(n)
 
 
+def fold_output_reshapes(graph: Graph, plan: Plan) -> None:
+    """Makes each ``reshape`` kernel that only copies a kernel's result into a graph output
+    a view the other way round: the producing kernel writes its result straight into the
+    output's buffer (an output, or the input slot it updates in place), and the reshape is
+    dropped from ``plan.nodes``. A reshape of an output is otherwise a copy kernel (a view of
+    its operand would leave the output in a temporary), and a training step has many: the
+    running statistics' updates, computed in the batch norm's parameter shape.
+
+    Folded when the reshape's operand is the result of a kernel of ``plan.nodes`` that is no
+    graph output itself, no other reshape folds onto it, and the output is the graph's
+    only output with that value. Buffers are flat: the producer's elements land where the
+    reshape would have copied them. Call after ``flatten``, before the other stages.
+    """
+    outs = [plan.resolve(v) for v in graph.outputs]
+    out_set = set(outs)
+    kernels = set(plan.nodes)
+    folded: set[Value] = set()
+    keep: list[Node] = []
+    for n in plan.nodes:
+        o = n.outputs[0] if n.op == "reshape" else None
+        u = plan.resolve(n.inputs[0]) if o is not None else None
+        if (o is None or u is None or o not in out_set or outs.count(o) != 1
+                or u.producer is None or u.producer not in kernels
+                or u.producer.op in ("constant", "reshape") or u in out_set or u in folded):
+            keep.append(n)
+            continue
+        plan.alias[o] = u
+        folded.add(u)
+    plan.nodes[:] = keep
+
+
 SMALL_RESULTS = 1024  # elements: a kernel whose results are all this small runs early
 
 
@@ -221,7 +254,9 @@ def plan_in_place(graph: Graph, plan: Plan, wanted: Mapping[str, str],
         i = in_index[name]
         x, o = graph.inputs[i], outs[j]
         w = o.producer
-        if (o.type != x.type or w is None or w.op == "constant" or w not in nodes
+        # the output's own type (``o`` may be a kernel's result of another shape and the same
+        # elements: ``fold_output_reshapes``)
+        if (o_val.type != x.type or w is None or w.op == "constant" or w not in nodes
                 or outs.count(o) != 1 or i in pairs.values()):
             continue
         if not kernels.reads_all_first(w, o) and any(

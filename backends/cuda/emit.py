@@ -22,8 +22,8 @@ from gradc.errors import UnsupportedError
 from gradc.ir.core import Graph, Node, Value, parameters_as_inputs
 
 from gradc.backends.plan import (Buffer, Memory, Plan, Sizes, assign_buffers,
-                                 checks_before_writes, flatten, hoist_sinks, plan_arena,
-                                 plan_in_place, raises)
+                                 checks_before_writes, flatten, fold_output_reshapes,
+                                 hoist_sinks, plan_arena, plan_in_place, raises)
 from gradc.backends.c.ctypes_map import Dims, ctype
 from gradc.backends.c.writer import CWriter
 from gradc.backends.cuda import (average_pooling, batch_norm, conv, elementwise, gather,
@@ -142,6 +142,7 @@ def generate(graph: Graph, shapes: Mapping[str, int] | None = None,
                                f"is generated for static shapes), got none")
     plan = Plan(Sizes(shapes))
     flatten(graph, plan)
+    fold_output_reshapes(graph, plan)  # no copy kernel for a reshape into an output
     hoist_sinks(plan)
     granted = plan_in_place(graph, plan, in_place or {}, KERNELS)
     granted = checks_before_writes(graph, plan, granted)
