@@ -10,8 +10,10 @@ its own text. The stages, in the order a target runs them:
   kernel; the nodes of any other fused node are inlined, their values aliased to the outer ones.
 - ``fold_output_reshapes`` (optional): a reshape into a graph output becomes its operand's
   producer writing into the output's buffer (no copy kernel).
+- ``relu_epilogues`` (optional): a relu of a forward convolution's result runs as the
+  convolution's epilogue.
 - ``hoist_sinks``: kernels that only feed the graph's outputs (a parameter's update), and small
-  ones, move up to just after what they read.
+  ones, move up to just after what they read; or (``sinks_last``) the former all go last.
 - ``plan_in_place``: which outputs are written into an input's buffer (``update_in_place``),
   moving a writer down after the last reader of the buffer it overwrites.
 - ``assign_buffers``: a buffer per value (inputs, outputs, temporaries ``b0``, ``b1``, ...,
@@ -149,10 +151,54 @@ def fold_output_reshapes(graph: Graph, plan: Plan) -> None:
     plan.nodes[:] = keep
 
 
+def relu_epilogues(graph: Graph, plan: Plan) -> None:
+    """A relu whose operand is a forward convolution's float32/float64 result that nothing else
+    reads runs as that convolution's epilogue: the kernel stores ``v > 0 ? v : +0`` (the relu
+    kernel's own expression) for each finished sum ``v`` (after the bias), and the relu's result
+    becomes an alias of the convolution's. One pass over the result fewer (squeezenet's layers).
+    The target's convolution kernels read ``plan.epilogue``.
+    """
+    outs = {plan.resolve(v) for v in graph.outputs}
+    readers: dict[Value, int] = {}
+    for n in plan.nodes:
+        for u in n.inputs:
+            r = plan.resolve(u)
+            readers[r] = readers.get(r, 0) + 1
+    kernels = set(plan.nodes)
+    drop = []
+    for n in plan.nodes:
+        if n.op != "relu" or n.body is not None:
+            continue
+        u = plan.resolve(n.inputs[0])
+        c = u.producer
+        if (c is None or c not in kernels or c.op != "convolution" or c in plan.epilogue
+                or c.attrs.get("direction") != "forward" or readers.get(u) != 1 or u in outs
+                or u.type != n.outputs[0].type
+                or u.type.dtype.name not in ("float32", "float64")):
+            continue
+        plan.epilogue[c] = "relu"
+        plan.alias[n.outputs[0]] = u
+        drop.append(n)
+    dropped = set(drop)
+    plan.nodes[:] = [n for n in plan.nodes if n not in dropped]
+
+
 SMALL_RESULTS = 1024  # elements: a kernel whose results are all this small runs early
 
 
-def hoist_sinks(plan: Plan) -> None:
+def sinks_last(plan: Plan) -> None:
+    """Moves every kernel whose results no other kernel reads (the updates of parameters,
+    optimizer state and running statistics) after all the others, each part keeping its order.
+    A target that runs such kernels as one launch (the cuda target: a launch costs as much as
+    a small update) finds them together; their operands stay live to the end of the step."""
+    read = {plan.resolve(u) for n in plan.nodes for u in n.inputs}
+
+    def sink(n: Node) -> bool:
+        return bool(n.outputs) and not any(v in read for v in n.outputs)
+    plan.nodes[:] = [n for n in plan.nodes if not sink(n)] + [n for n in plan.nodes if sink(n)]
+
+
+def hoist_sinks(plan: Plan, sinks: bool = True) -> None:
     """Moves each kernel whose results no other kernel reads (the graph's outputs only: an
     optimizer's update of a parameter and its moments, a returned gradient), and each kernel
     whose results are small (``SMALL_RESULTS`` elements in all, static), up to just after the
@@ -167,6 +213,8 @@ def hoist_sinks(plan: Plan) -> None:
     longer. ``plan_in_place`` may still move an update down, after the last reader of the
     buffer it overwrites.
 
+    ``sinks=False`` moves only the small kernels that other kernels read (for ``sinks_last``).
+
     The order stays topological: a moved kernel follows its dependencies (fixed ones by
     position, moved ones by the same rule, earlier in the original order), and a fixed kernel
     that reads a moved one still follows it (the moved one's dependencies all precede it).
@@ -177,7 +225,7 @@ def hoist_sinks(plan: Plan) -> None:
         if not n.outputs:
             return False
         if not any(v in read for v in n.outputs):
-            return True
+            return sinks
         total = 0
         for v in n.outputs:
             size = plan.sizes.prod_static(v.type.shape)
