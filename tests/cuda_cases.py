@@ -523,6 +523,8 @@ for _d in FLOATS:
     CASES[f"pool2d_{_d}"] = pooling(_d, (3, 3), (2, 2), (1, 1))
     CASES[f"resample_linear_{_d}"] = resampling(_d, "linear", (1, 1, 2.0, 1.5))
     CASES[f"resample_nearest_{_d}"] = resampling(_d, "nearest", (1, 1, 0.5, 2.5))
+    # integer scales: every axis of the gradient regular (no tables)
+    CASES[f"resample_nearest_x2_{_d}"] = resampling(_d, "nearest", (1, 1, 2.0, 3.0))
     CASES[f"reductions_{_d}"] = reductions(_d)
     CASES[f"gemm_{_d}"] = gemms(_d)
     CASES[f"convolution_{_d}"] = convolutions(_d)
