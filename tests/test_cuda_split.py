@@ -121,11 +121,11 @@ def test_integer_sums_and_sums_that_fill_the_gpu_stay_canonical(cache):
 # -- batch normalization -----------------------------------------------------------------------
 
 BN_SHAPES = (((3, 4, 5, 6), (1, 4, 1, 1)), ((2, 3, 40, 30), (1, 3, 1, 1)),
-             ((3, 4, 5, 2), (1, 4, 1, 2)))
+             ((3, 4, 5, 2), (1, 4, 1, 2)), ((2, 8, 5, 6), (1, 8, 1, 1)))
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("shapes", BN_SHAPES, ids=["small", "long", "kept_axes"])
+@pytest.mark.parametrize("shapes", BN_SHAPES, ids=["parts", "long", "kept_axes", "one_part"])
 def test_batch_norm_split_within_the_bound(dtype, shapes, cache, small_splits):
     """The three summing ops, each on inputs of its own (the gradients on the reference's
     statistics), against the reference within §12's bounds."""
@@ -151,7 +151,10 @@ def test_batch_norm_split_within_the_bound(dtype, shapes, cache, small_splits):
                    **dict(zip(("gdx", "gds", "gdb"), ops.batch_normalization_grad(
                        x, dy, mean, var, scale, eps)))})
     ex = _compile(g, cache, sums="split")
-    assert not ex.exact and len(ex._runner.program.reordered) == 3
+    program = ex._runner.program
+    assert not ex.exact and len(program.reordered) == 3
+    p = split.parts(int(np.prod(pshape)), int(np.prod(shape)) // int(np.prod(pshape)))
+    assert len(program.launches) == (3 if p == 1 else 7)  # one launch per op with one part
     got = ex(**a)
     want = gradc.compile(g, target="reference")(**a)
     e32 = float(np.float32(eps))
