@@ -337,9 +337,10 @@ def test_nvrtc_compiles_every_split_variant(which, tmp_path, small_splits, monke
     except UnsupportedError as e:
         pytest.skip(str(e))
     if which == "reduce_bn":
-        g, _ = CASES["batch_norm_chunks_float32"]()
-        g2, _ = CASES["reductions_float16"]()
-        graphs = [g, g2]
+        monkeypatch.setattr(split, "ROW_MIN", 4)
+        monkeypatch.setattr(split, "TARGET_THREADS", 64)
+        graphs = [CASES[name]()[0] for name in ("batch_norm_chunks_float32",
+                                                 "reductions_float16", "normalization_float64")]
     else:
         choose = tiling.choose
         monkeypatch.setattr(tiling, "choose_split", lambda p: (
@@ -350,3 +351,43 @@ def test_nvrtc_compiles_every_split_variant(which, tmp_path, small_splits, monke
         assert program.reordered
         cubin = build.compile_cubin(program.source, build.DEFAULT_ARCH, str(tmp_path))
         assert cubin[:4] == b"\x7fELF"
+
+
+# -- layer normalization's parameter gradients -------------------------------------------------
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_normalization_parameter_gradients_split_within_the_bound(dtype, cache, monkeypatch):
+    """mean_variance_normalization_grad's dscale and dbias (long sums into few scale elements)
+    cut into ranges of rows (``split.thread_parts``), within SPEC-transformers §24.4's bound;
+    dX keeps the canonical order (bit-exact)."""
+    from normalization_bound import assert_within as within, backward_bounds
+
+    monkeypatch.setattr(split, "MIN_TERMS", 8)
+    monkeypatch.setattr(split, "ROW_MIN", 4)
+    monkeypatch.setattr(split, "TARGET_THREADS", 64)
+    rng = np.random.default_rng(6)
+    cases = {"ln": ((37, 6), (6,), {}), "axes": ((5, 4, 9), (4, 1), {"axes": (0, 2)}),
+             "rms": ((3, 11, 8), (8,), {"use_mean": False})}
+    feeds, kws = {}, {}
+    for key, (shape, pshape, kw) in cases.items():
+        feeds[f"x_{key}"] = (rng.standard_normal(shape) * 2 + 0.5).astype(dtype)
+        feeds[f"dy_{key}"] = rng.standard_normal(shape).astype(dtype)
+        feeds[f"s_{key}"] = rng.standard_normal(pshape).astype(dtype)
+        kws[key] = kw
+    g = gradc.Graph("mvn")
+    vals = {k: g.input(k, dtype, v.shape) for k, v in feeds.items()}
+    for key in cases:
+        for name, v in zip(("dx", "ds", "db"), ops.mean_variance_normalization_grad(
+                vals[f"x_{key}"], vals[f"dy_{key}"], vals[f"s_{key}"], **kws[key])):
+            g.output(v, f"{name}_{key}")
+    ex = _compile(g, cache, sums="split")
+    assert len(ex._runner.program.reordered) == 3
+    got = ex(**feeds)
+    want = gradc.compile(g, target="reference")(**feeds)
+    for key, (shape, pshape, kw) in cases.items():
+        axes = kw.get("axes", (len(shape) - 1,))
+        _, bs, bb = backward_bounds(feeds[f"x_{key}"], feeds[f"dy_{key}"], feeds[f"s_{key}"],
+                                    axes, kw.get("use_mean", True), True)
+        assert_bits(got[f"dx_{key}"], want[f"dx_{key}"])
+        within(got[f"ds_{key}"], want[f"ds_{key}"], bs, f"ds_{key}")
+        within(got[f"db_{key}"], want[f"db_{key}"], bb, f"db_{key}")

@@ -55,6 +55,22 @@ def parts(groups: int, members: int) -> int:
     return cdiv(members, cdiv(members, p))  # no empty part
 
 
+ROW_MIN = 32  # members per thread at least in a split of per-thread sums
+TARGET_THREADS = 65536  # threads a split of per-thread sums aims at
+FILL_THREADS = 32768  # outputs from which a thread per output fills the GPU
+
+
+def thread_parts(outputs: int, members: int) -> int:
+    """Parts of a sum that a thread per output adds (no block shares an output): each part a
+    thread of its own over a range of the members, the parts then added in order; 0 where the
+    canonical order is kept (short sums, or outputs enough to fill the GPU)."""
+    if members < MIN_TERMS or not 0 < outputs < FILL_THREADS:
+        return 0
+    p = min(cdiv(members, ROW_MIN), cdiv(TARGET_THREADS, outputs), MAX_PARTS)
+    p = cdiv(members, cdiv(members, p))  # no empty part
+    return p if p > 1 else 0
+
+
 def decompose(flat: str, sizes: Sequence[int], strides: Sequence[int]) -> str:
     """The offset of element ``flat`` of a row-major box of ``sizes`` whose axes step by
     ``strides`` in memory (``0`` for a box of one element)."""
