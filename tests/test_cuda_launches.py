@@ -2,8 +2,9 @@
 convolution runs in its store, and the kernels that only write the graph's inputs and outputs
 (a training step's updates) share one launch -- unless one writes what another reads.
 
-Each program runs through the host harness (``runtime="host"``) against the reference, bit for
-bit; the launches are read from the generated program.
+Each program runs through the host harness (``runtime="host"``; on the GPU under
+``GRADC_TEST_CUDA=only``) against the reference, bit for bit; the launches are read from the
+generated program.
 """
 
 from __future__ import annotations
@@ -17,14 +18,15 @@ from gradc.backends.cuda.emit import generate
 
 from helpers import assert_bits, cuda_targets
 
-pytestmark = pytest.mark.skipif("cuda-host" not in cuda_targets(),
-                                reason="no C++ compiler for the harness")
+pytestmark = pytest.mark.skipif(not cuda_targets(), reason="no C++ compiler for the harness")
 
 
 def _run(g: gradc.Graph, feeds: dict, tmp_path, in_place: dict | None = None) -> tuple:
-    """(outputs of the host harness, the program) of a graph, after the default passes."""
+    """(outputs, program, executable) of a graph after the default passes: on the host
+    harness, or on the GPU when the tests run there (GRADC_TEST_CUDA=only)."""
     program = generate(gradc.optimize(g).graph, {}, in_place)
-    ex = gradc.compile(g, target="cuda", runtime="host", cache_dir=str(tmp_path),
+    runtime = "host" if "cuda-host" in cuda_targets() else "device"
+    ex = gradc.compile(g, target="cuda", runtime=runtime, cache_dir=str(tmp_path),
                        update_in_place=in_place or {})
     return ex(**{k: v.copy() for k, v in feeds.items()}), program, ex
 
