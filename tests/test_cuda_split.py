@@ -391,3 +391,54 @@ def test_normalization_parameter_gradients_split_within_the_bound(dtype, cache, 
         assert_bits(got[f"dx_{key}"], want[f"dx_{key}"])
         within(got[f"ds_{key}"], want[f"ds_{key}"], bs, f"ds_{key}")
         within(got[f"db_{key}"], want[f"db_{key}"], bb, f"db_{key}")
+
+
+# -- a whole training step ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["unet", "resnet18"])
+def test_real_models_train_under_split_sums_as_on_the_c_target(name, cache, small_splits,
+                                                                 monkeypatch):
+    """Two SGD steps of a small real model with every kind of split in its step (batch-norm
+    ops, bias and loss sums, products split along K), against the C target (canonical): the
+    losses and the parameters agree to float32 rounding of the sums, and the executable says
+    that it reordered sums."""
+    torch = pytest.importorskip("torch")
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import real_models as rm  # noqa: E402  (needs torch)
+
+    choose = tiling.choose
+    monkeypatch.setattr(tiling, "choose_split", lambda p: (
+        choose(p), min(2, tiling.cdiv(p.k, choose(p).bk))))
+    # batch and size where the step is well conditioned: at batch 2, resnet18's last batch
+    # norms normalize 2 values, and 1e-7 changes of its input move its loss by 1e-4
+    batch, size = {"unet": (2, 16), "resnet18": (4, 32)}[name]
+    model, shape = rm.make(name, 16, seed=0, size=size)
+    gen = torch.Generator().manual_seed(3)
+    xs = [torch.randn(batch, *shape, generator=gen) for _ in range(2)]
+    labels = [rm.labels_for(name, model, x, seed=i) for i, x in enumerate(xs)]
+    g = gradc.from_onnx(rm.export(model, "ts_train", xs[0], labels[0]))
+    opt = gradc.optim.SGD(0.05)
+    tc = gradc.Trainer(g, opt, loss="cross_entropy", target="c")
+    runtime = {"runtime": "host"} if _target() == "cuda-host" else {}
+    tg = gradc.Trainer(g, opt, loss="cross_entropy", target="cuda", cache_dir=cache,
+                       sums="split", **runtime)
+    assert not tg.executable.exact
+    for x, lab in zip(xs, labels):
+        batch = {"x": x.numpy(), "labels": lab.numpy()}
+        lc, lg = tc.step(**batch), tg.step(**batch)
+        assert abs(lc - lg) <= 1e-5 * abs(lc), (lc, lg)
+    # each parameter's change over the steps, within 0.5% of the change's largest element
+    # (the backward sums cancel: a gradient's rounding error is relative to the sum of its
+    # terms' magnitudes, far above the gradient's own; after one step the changes agree to
+    # 4e-5, and a wrong split would be off by its whole size)
+    want, got = tc.state_dict(), tg.state_dict()
+    start = {p.name: p.value for p in g.parameters}
+    for k in want:
+        if k not in start or want[k].dtype.kind != "f":
+            continue
+        dw, dg = want[k] - start[k], got[k] - start[k]
+        tol = 5e-3 * float(np.abs(dw).max(initial=0.0)) + 1e-7
+        assert float(np.abs(dg - dw).max(initial=0.0)) <= tol, k
