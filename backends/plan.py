@@ -8,8 +8,12 @@ its own text. The stages, in the order a target runs them:
 
 - ``flatten``: the kernels in graph order. A legal fused group (``gradc.ir.fused``) is one
   kernel; the nodes of any other fused node are inlined, their values aliased to the outer ones.
+- ``fold_output_reshapes`` (optional): a reshape into a graph output becomes its operand's
+  producer writing into the output's buffer (no copy kernel).
+- ``relu_epilogues`` (optional): a relu of a forward convolution's result runs as the
+  convolution's epilogue.
 - ``hoist_sinks``: kernels that only feed the graph's outputs (a parameter's update), and small
-  ones, move up to just after what they read.
+  ones, move up to just after what they read; or (``sinks_last``) the former all go last.
 - ``plan_in_place``: which outputs are written into an input's buffer (``update_in_place``),
   moving a writer down after the last reader of the buffer it overwrites.
 - ``assign_buffers``: a buffer per value (inputs, outputs, temporaries ``b0``, ``b1``, ...,
@@ -116,10 +120,85 @@ def flatten(g: Graph, plan: Plan) -> None:
             plan.nodes.append(n)
 
 
+def fold_output_reshapes(graph: Graph, plan: Plan) -> None:
+    """Makes each ``reshape`` kernel that only copies a kernel's result into a graph output
+    a view the other way round: the producing kernel writes its result straight into the
+    output's buffer (an output, or the input slot it updates in place), and the reshape is
+    dropped from ``plan.nodes``. A reshape of an output is otherwise a copy kernel (a view of
+    its operand would leave the output in a temporary), and a training step has many: the
+    running statistics' updates, computed in the batch norm's parameter shape.
+
+    Folded when the reshape's operand is the result of a kernel of ``plan.nodes`` that is no
+    graph output itself, no other reshape folds onto it, and the output is the graph's
+    only output with that value. Buffers are flat: the producer's elements land where the
+    reshape would have copied them. Call after ``flatten``, before the other stages.
+    """
+    outs = [plan.resolve(v) for v in graph.outputs]
+    out_set = set(outs)
+    kernels = set(plan.nodes)
+    folded: set[Value] = set()
+    keep: list[Node] = []
+    for n in plan.nodes:
+        o = n.outputs[0] if n.op == "reshape" else None
+        u = plan.resolve(n.inputs[0]) if o is not None else None
+        if (o is None or u is None or o not in out_set or outs.count(o) != 1
+                or u.producer is None or u.producer not in kernels
+                or u.producer.op in ("constant", "reshape") or u in out_set or u in folded):
+            keep.append(n)
+            continue
+        plan.alias[o] = u
+        folded.add(u)
+    plan.nodes[:] = keep
+
+
+def relu_epilogues(graph: Graph, plan: Plan) -> None:
+    """A relu whose operand is a forward convolution's float32/float64 result that nothing else
+    reads runs as that convolution's epilogue: the kernel stores ``v > 0 ? v : +0`` (the relu
+    kernel's own expression) for each finished sum ``v`` (after the bias), and the relu's result
+    becomes an alias of the convolution's. One pass over the result fewer (squeezenet's layers).
+    The target's convolution kernels read ``plan.epilogue``.
+    """
+    outs = {plan.resolve(v) for v in graph.outputs}
+    readers: dict[Value, int] = {}
+    for n in plan.nodes:
+        for u in n.inputs:
+            r = plan.resolve(u)
+            readers[r] = readers.get(r, 0) + 1
+    kernels = set(plan.nodes)
+    drop = []
+    for n in plan.nodes:
+        if n.op != "relu" or n.body is not None:
+            continue
+        u = plan.resolve(n.inputs[0])
+        c = u.producer
+        if (c is None or c not in kernels or c.op != "convolution" or c in plan.epilogue
+                or c.attrs.get("direction") != "forward" or readers.get(u) != 1 or u in outs
+                or u.type != n.outputs[0].type
+                or u.type.dtype.name not in ("float32", "float64")):
+            continue
+        plan.epilogue[c] = "relu"
+        plan.alias[n.outputs[0]] = u
+        drop.append(n)
+    dropped = set(drop)
+    plan.nodes[:] = [n for n in plan.nodes if n not in dropped]
+
+
 SMALL_RESULTS = 1024  # elements: a kernel whose results are all this small runs early
 
 
-def hoist_sinks(plan: Plan) -> None:
+def sinks_last(plan: Plan) -> None:
+    """Moves every kernel whose results no other kernel reads (the updates of parameters,
+    optimizer state and running statistics) after all the others, each part keeping its order.
+    A target that runs such kernels as one launch (the cuda target: a launch costs as much as
+    a small update) finds them together; their operands stay live to the end of the step."""
+    read = {plan.resolve(u) for n in plan.nodes for u in n.inputs}
+
+    def sink(n: Node) -> bool:
+        return bool(n.outputs) and not any(v in read for v in n.outputs)
+    plan.nodes[:] = [n for n in plan.nodes if not sink(n)] + [n for n in plan.nodes if sink(n)]
+
+
+def hoist_sinks(plan: Plan, sinks: bool = True) -> None:
     """Moves each kernel whose results no other kernel reads (the graph's outputs only: an
     optimizer's update of a parameter and its moments, a returned gradient), and each kernel
     whose results are small (``SMALL_RESULTS`` elements in all, static), up to just after the
@@ -134,6 +213,8 @@ def hoist_sinks(plan: Plan) -> None:
     longer. ``plan_in_place`` may still move an update down, after the last reader of the
     buffer it overwrites.
 
+    ``sinks=False`` moves only the small kernels that other kernels read (for ``sinks_last``).
+
     The order stays topological: a moved kernel follows its dependencies (fixed ones by
     position, moved ones by the same rule, earlier in the original order), and a fixed kernel
     that reads a moved one still follows it (the moved one's dependencies all precede it).
@@ -144,7 +225,7 @@ def hoist_sinks(plan: Plan) -> None:
         if not n.outputs:
             return False
         if not any(v in read for v in n.outputs):
-            return True
+            return sinks
         total = 0
         for v in n.outputs:
             size = plan.sizes.prod_static(v.type.shape)
@@ -221,7 +302,9 @@ def plan_in_place(graph: Graph, plan: Plan, wanted: Mapping[str, str],
         i = in_index[name]
         x, o = graph.inputs[i], outs[j]
         w = o.producer
-        if (o.type != x.type or w is None or w.op == "constant" or w not in nodes
+        # the output's own type (``o`` may be a kernel's result of another shape and the same
+        # elements: ``fold_output_reshapes``)
+        if (o_val.type != x.type or w is None or w.op == "constant" or w not in nodes
                 or outs.count(o) != 1 or i in pairs.values()):
             continue
         if not kernels.reads_all_first(w, o) and any(

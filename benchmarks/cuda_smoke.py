@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import contextmanager
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
@@ -78,6 +80,59 @@ def run_case(name: str, cache: str, repeat: int, runtime: str = "device") -> boo
     return ok
 
 
+# Cases run once more with sums="split", thresholds lowered so that their small shapes split
+# (several parts per group, one part, products in 3 parts along K): within the whole-graph
+# tolerance of gradc check (tests/test_cuda_split.py holds them to SPEC-training §9.5's bound),
+# and two calls give the same bits (no atomics, a fixed tree: reproducible on the GPU).
+SPLIT_CASES = ("reductions_float32", "reductions_float16", "batch_norm_float32",
+               "batch_norm_chunks_float32", "batch_norm_kept_axes_float32", "convolution_float32",
+               "gemm_float64", "normalization_float32")
+
+
+@contextmanager
+def small_splits() -> Iterator[None]:
+    """split.py's thresholds lowered and every product split in 3 parts along K (restored
+    after)."""
+    from gradc.backends.cuda import split, tiling  # lazy: only for the split cases
+
+    saved = {k: getattr(split, k) for k in ("MIN_TERMS", "MIN_PART", "TARGET_BLOCKS",
+                                             "ROW_MIN", "TARGET_THREADS")}
+    choose_split = tiling.choose_split
+    split.MIN_TERMS, split.MIN_PART, split.TARGET_BLOCKS = 8, 16, 8
+    split.ROW_MIN, split.TARGET_THREADS = 4, 64
+    tiling.choose_split = lambda p: (tiling.choose(p), min(3, tiling.cdiv(
+        p.k, tiling.choose(p).bk)))
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(split, k, v)
+        tiling.choose_split = choose_split
+
+
+def run_split_case(name: str, cache: str, runtime: str = "device") -> bool:
+    from gradc.check import max_error, output_scales  # lazy: the whole-graph tolerance
+
+    g, feeds = CASES[name]()
+    want = gradc.compile(g, target="reference")(**feeds)
+    with small_splits():
+        ex = gradc.compile(g, target="cuda", cache_dir=cache, runtime=runtime, sums="split")
+    got, again = ex(**feeds), ex(**feeds)
+    floors = output_scales(want)
+    ok = True
+    for k, w in want.items():
+        a, b = np.asarray(got[k]), np.asarray(again[k])
+        same = a.tobytes() == b.tobytes()
+        close = max_error(a, w, floors.get(w.dtype.str, 0.0))[1] if k in SUMMED or \
+            k in TRANSCENDENTAL else _same(a, w, k, feeds)
+        ok &= same and close
+    reordered = len(ex._runner.program.reordered)
+    print(f"{name:28} {'split':>10} {reordered:>9} {'':9} {len(ex._runner.program.launches):8d}"
+          f"  {'within tolerance, reproducible' if ok else 'MISMATCH'} ({reordered} reordered)",
+          flush=True)
+    return ok and reordered > 0
+
+
 def run_trainer(cache: str) -> bool:
     opt = gradc.optim.Adam(0.05)
     tc = gradc.Trainer(tiny_cnn(), opt, loss="cross_entropy", target="c")
@@ -114,6 +169,8 @@ def main() -> int:
     print(f"{'case':28} {'compile ms':>10} {'first ms':>9} {'step ms':>9} {'launches':>8}  "
           "result")
     ok = all([run_case(n, cache, args.repeat, args.runtime) for n in names])
+    ok &= all([run_split_case(n, cache, args.runtime) for n in SPLIT_CASES
+               if n in names])
     if args.runtime == "device":
         ok &= run_trainer(cache)
     print("ALL OK" if ok else "FAILURES")

@@ -59,6 +59,7 @@ if [ "$HAVE_PYTEST" = 1 ]; then
     tests/test_elementwise_math_grad.py tests/test_reduce.py tests/test_softmax.py \
     tests/test_movement.py tests/test_optimizers.py tests/test_losses.py \
     tests/test_injection.py tests/test_cuda_products.py tests/test_cuda_transformers.py \
+    tests/test_cuda_split.py tests/test_cuda_launches.py \
     tests/test_gather.py tests/test_normalization.py tests/test_gelu.py || status=1
 else
   echo "pytest or hypothesis missing: the tests are skipped (steps 2 and 4 still run)"; status=1

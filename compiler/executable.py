@@ -200,8 +200,11 @@ class Executable:
                  shapes: Mapping[str, int] | None = None, source: str | None = None,
                  model: Any = None, contiguous: bool = False, report: list | None = None,
                  in_place: Mapping[str, str] | None = None,
-                 foreign: Callable[[Any], Any] | None = None) -> None:
+                 foreign: Callable[[Any], Any] | None = None, exact: bool = True) -> None:
         self.graph = graph
+        # True when the program keeps the canonical order of every sum (on an exact target:
+        # the reference's bits); False when an option reordered some (SPEC-training §9.5).
+        self.exact = exact
         # Outputs that a call writes into the array passed for an input (the C target's
         # ``update_in_place``): output name -> input or parameter name.
         self.in_place: dict[str, str] = dict(in_place or {})

@@ -127,14 +127,16 @@ def slice_grad_fused(dtype: str) -> Case:
 
 
 def pooling(dtype: str, window: tuple[int, ...], strides: tuple[int, ...],
-            pads: tuple[int, ...], dilations: tuple[int, ...] | None = None) -> Case:
+            pads: tuple[int, ...], dilations: tuple[int, ...] | None = None,
+            sizes: tuple[int, ...] = (7, 6, 5)) -> Case:
     """max_pooling (values and indices, ceil-mode size) and max_pooling_grad fused with a
-    prologue and an epilogue, overlapping windows, ties and NaN."""
+    prologue and an epilogue, overlapping windows (or windows that tile the input: ``sizes``
+    multiples of the window), ties and NaN."""
     nd = len(window)
 
     def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
         rng = np.random.default_rng(RNG_SEED)
-        shape = (2, 3) + (7, 6, 5)[:nd]
+        shape = (2, 3) + sizes[:nd]
         x = _special(rng, dtype, shape) if dtype in FLOATS else _ints(rng, dtype, shape)
         x.reshape(-1)[:8] = x.reshape(-1)[0]  # ties
         kw = dict(strides=strides, start_padding=pads, end_padding=pads, dilations=dilations)
@@ -395,6 +397,25 @@ def convolutions(dtype: str) -> Case:
     return make
 
 
+def convolution_relu(dtype: str) -> Case:
+    """A relu of forward convolutions (with a bias, padded; and a 1x1 without): the cuda
+    target runs it as the convolution's epilogue (``plan.relu_epilogues``); NaN, -0.0 and
+    negative sums select +0 as the relu kernel does."""
+    def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+        rng = np.random.default_rng(RNG_SEED)
+        shapes = {"x": (2, 3, 6, 5), "w": (4, 3, 3, 3), "b": (1, 4, 1, 1), "w1": (5, 3, 1, 1)}
+
+        def fn(x, w, b, w1):
+            return {"cr": ops.relu(ops.convolution(x, w, b, start_padding=(1, 1),
+                                                   end_padding=(1, 1))),
+                    "cr1": ops.relu(ops.convolution(x, w1, None))}
+        g = _graph(f"conv_relu_{dtype}", {k: (dtype, s) for k, s in shapes.items()}, fn)
+        feeds = {k: _special(rng, dtype, s) for k, s in shapes.items()}
+        feeds["b"][0, 1, 0, 0] = -0.0
+        return g, feeds
+    return make
+
+
 def convolutions_nd(nd: int) -> Case:
     """1-d and 3-d convolutions (float32), forward with padding, backward with dilation, and
     their filter gradients."""
@@ -502,9 +523,13 @@ for _d in FLOATS:
     CASES[f"pool2d_{_d}"] = pooling(_d, (3, 3), (2, 2), (1, 1))
     CASES[f"resample_linear_{_d}"] = resampling(_d, "linear", (1, 1, 2.0, 1.5))
     CASES[f"resample_nearest_{_d}"] = resampling(_d, "nearest", (1, 1, 0.5, 2.5))
+    # integer scales: every axis of the gradient regular (no tables)
+    CASES[f"resample_nearest_x2_{_d}"] = resampling(_d, "nearest", (1, 1, 2.0, 3.0))
     CASES[f"reductions_{_d}"] = reductions(_d)
     CASES[f"gemm_{_d}"] = gemms(_d)
     CASES[f"convolution_{_d}"] = convolutions(_d)
+CASES["convolution_relu_float32"] = convolution_relu("float32")
+CASES["convolution_relu_float64"] = convolution_relu("float64")
 CASES["convolution_1d_float32"] = convolutions_nd(1)
 CASES["convolution_3d_float32"] = convolutions_nd(3)
 for _d in ("int8", "uint16", "int32", "uint64", "int64"):
@@ -516,6 +541,10 @@ CASES["one_hot_uint32"] = one_hot("uint32")
 CASES["pool2d_dilated_float32"] = pooling("float32", (2, 3), (1, 2), (1, 0), (2, 1))
 CASES["pool3d_float32"] = pooling("float32", (2, 2, 2), (2, 2, 2), (0, 0, 0))
 CASES["pool2d_int16"] = pooling("int16", (2, 2), (2, 1), (0, 1))
+for _d in FLOATS:  # windows that tile the input: the gradient's thread-per-window form
+    CASES[f"pool2d_tiling_{_d}"] = pooling(_d, (2, 2), (2, 2), (0, 0), sizes=(6, 8))
+CASES["pool3d_tiling_float32"] = pooling("float32", (2, 3, 2), (2, 3, 2), (0, 0, 0),
+                                         sizes=(4, 6, 4))
 CASES["resample_linear_uint8"] = resampling("uint8", "linear", (1, 1, 1.5, 0.75))
 CASES["resample_nearest_int8"] = resampling("int8", "nearest", (1, 1, 2.0, 2.0))
 CASES["resample_rank1_float32"] = resampling("float32", "linear", (1.75,))
@@ -541,7 +570,7 @@ CASES["philox"] = philox
 # Outputs computed by a sum of NaN-producing terms: a NaN must match a NaN, its payload is not
 # specified (SPEC.md §1.6).
 SUMMED = {"dx", "alone", "s02", "s1", "sall", "mean", "y", "yc", "mm0", "mm1", "mm2", "mm3",
-          "cv0", "cv1", "cv2", "cv3", "fg0", "fg1", "fg2", "gg", "gg0", "gg_big",
+          "cv0", "cv1", "cv2", "cv3", "fg0", "fg1", "fg2", "cr", "cr1", "gg", "gg0", "gg_big",
           "var", "ds", "db", "gx", "gs", "gb", "yi", "yp", "yd", "dxp", "dxc"} | {
     f"mvn_{o}{k}" for o in ("", "dx_", "ds_", "db_") for k in ("ln", "axes", "rms", "mean",
                                                               "none")}

@@ -74,3 +74,37 @@ def test_symbolic_sizes_are_equal_only_when_written_alike():
     w = g.input("w", "float32", ("M", "N"))
     assert planning.buffer_bytes(sizes, u) == planning.buffer_bytes(sizes, v) == (16, ("N",), 4)
     assert planning.buffer_bytes(sizes, w) == (4, ("N",), 4)
+
+
+def test_sinks_last_moves_only_the_kernels_nobody_reads():
+    """The kernels whose results only leave the program (two updates and y) go last, in their
+    order; the kernel that another reads (x) stays first."""
+    g = gradc.Graph("s")
+    a, b = g.input("a", "float32", (4,)), g.input("b", "float32", (4,))
+    u1 = ops.neg(a)  # an update: read by no kernel
+    x = ops.relu(b)
+    u2 = ops.neg(b)
+    y = ops.add(x, x)
+    for name, v in (("u1", u1), ("u2", u2), ("y", y)):
+        g.output(v, name)
+    plan = planning.Plan(planning.Sizes({}))
+    planning.flatten(g, plan)
+    planning.sinks_last(plan)
+    assert [n.outputs[0] for n in plan.nodes] == [x, u1, u2, y]
+
+
+def test_fold_output_reshapes_writes_the_producer_into_the_output():
+    """reshape(neg(a)) as an output: no reshape kernel, neg's result is the output's buffer;
+    a reshape of an input stays a kernel (nothing produces it)."""
+    g = gradc.Graph("f")
+    a = g.input("a", "float32", (2, 3))
+    n = ops.neg(a)
+    g.output(ops.reshape(n, (6,)), "r")
+    g.output(ops.reshape(a, (3, 2)), "c")
+    plan = planning.Plan(planning.Sizes({}))
+    planning.flatten(g, plan)
+    planning.fold_output_reshapes(g, plan)
+    assert [x.op for x in plan.nodes] == ["neg", "reshape"]
+    assert plan.resolve(g.outputs[0]) is n
+    mem = planning.assign_buffers(g, plan, {}, _Elementwise())
+    assert mem.buffers[n] == planning.Buffer("output", 0)

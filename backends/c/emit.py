@@ -20,7 +20,8 @@ import numpy as np
 from gradc.errors import UnsupportedError
 from gradc.ir.core import Graph, Node, Value, parameters_as_inputs
 from gradc.backends.plan import (Memory, Plan, Sizes, assign_buffers, checks_before_writes,
-                                 flatten, hoist_sinks, plan_arena, plan_in_place, raises)
+                                 flatten, hoist_sinks, plan_arena, plan_in_place, raises,
+                                 relu_epilogues)
 
 from gradc.backends.c import elementwise_math as math_kernels
 from gradc.backends.c import reduce as reduce_kernels
@@ -98,37 +99,6 @@ def check_supported(graph: Graph) -> None:
                                f"{', '.join(sorted(missing))}")
 
 
-def _relu_epilogues(graph: Graph, plan: Plan) -> None:
-    """A relu whose operand is a forward convolution's float32/float64 result that nothing else
-    reads runs as that convolution's epilogue: the kernel stores ``v > 0 ? v : +0`` (the relu
-    kernel's own expression) for each finished sum ``v`` (after the bias), and the relu's result
-    becomes an alias of the convolution's. One pass over the result fewer (squeezenet's layers).
-    """
-    outs = {plan.resolve(v) for v in graph.outputs}
-    readers: dict[Value, int] = {}
-    for n in plan.nodes:
-        for u in n.inputs:
-            r = plan.resolve(u)
-            readers[r] = readers.get(r, 0) + 1
-    kernels = set(plan.nodes)
-    drop = []
-    for n in plan.nodes:
-        if n.op != "relu" or n.body is not None:
-            continue
-        u = plan.resolve(n.inputs[0])
-        c = u.producer
-        if (c is None or c not in kernels or c.op != "convolution" or c in plan.epilogue
-                or c.attrs.get("direction") != "forward" or readers.get(u) != 1 or u in outs
-                or u.type != n.outputs[0].type
-                or u.type.dtype.name not in ("float32", "float64")):
-            continue
-        plan.epilogue[c] = "relu"
-        plan.alias[n.outputs[0]] = u
-        drop.append(n)
-    dropped = set(drop)
-    plan.nodes[:] = [n for n in plan.nodes if n not in dropped]
-
-
 def _symbols(graph: Graph, nodes: list[Node]) -> list[str]:
     seen: dict[str, None] = {}
 
@@ -161,7 +131,7 @@ def generate(graph: Graph, shapes: Mapping[str, int] | None = None,
     check_supported(graph)
     plan = Plan(Sizes(shapes or {}))
     flatten(graph, plan)
-    _relu_epilogues(graph, plan)
+    relu_epilogues(graph, plan)
     symbols = _symbols(graph, plan.nodes)
     dims = Dims(symbols, dict(shapes or {}))
     hoist_sinks(plan)

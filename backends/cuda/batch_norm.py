@@ -14,17 +14,21 @@ results are the reference's bits. ``batch_normalization`` (statistics given) sum
 thread per element.
 
 NaN: these are summing ops (§9.5), whose NaN payloads are not specified; a NaN is a NaN.
+
+Under ``sums="split"`` the three summing ops split a long sum into few groups
+(``batch_norm_split.py``), within §9.5's bound.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from gradc.ir.core import Value
 
 from gradc.backends.c.ctypes_map import ctype, float_literal
 from gradc.backends.c.scalar import narrow, widen
+from gradc.backends.cuda import batch_norm_split as split
 from gradc.backends.cuda.kernel import BLOCK, CudaKernel, row_major, static_shape
 
 CHUNK = 1024  # members staged per turn (per buffer half and chain: 4 KB of float)
@@ -51,7 +55,7 @@ def _prod(sizes: Sequence[int]) -> int:
     return n
 
 
-class _Groups:
+class Groups:
     """One kernel's groups: X's static shape split into kept and reduced axes."""
 
     def __init__(self, k: CudaKernel, x: Value, pshape: Sequence[Any]) -> None:
@@ -137,11 +141,21 @@ class _Groups:
         cw.line("__syncthreads();", f"const {self.a} {name} = gc_bc[{slot}];")
 
 
+def _split(k: CudaKernel, G: Groups, emit: Callable[[CudaKernel, Groups, int], None]) -> bool:
+    """Emit the split form (``batch_norm_split.py``) when the kernel may split and the sizes
+    ask for it; False where the canonical form is kept."""
+    p = split.split_parts(k, G.count, G.members)
+    if p:
+        k.reordered = True
+        emit(k, G, p)
+    return bool(p)
+
+
 def emit_batch_normalization(k: CudaKernel) -> None:
     """§12.1: ``scale * ((x - mean) / dev) + bias``, a thread per element."""
     x, mean, var, scale, bias = k.node.inputs
     y = k.node.outputs[0]
-    G = _Groups(k, x, mean.type.shape)
+    G = Groups(k, x, mean.type.shape)
     a, cw = G.a, k.code
     shape = static_shape(k, x.type.shape)
     pshape = static_shape(k, mean.type.shape)
@@ -166,8 +180,10 @@ def emit_batch_normalization_grad(k: CudaKernel) -> None:
     """§12.2: dX = dY * (scale / dev); dscale = sum(dY (x - mean)) / dev; dbias = sum(dY)."""
     x, dy, mean, var, scale = k.node.inputs
     dx, ds, db = k.node.outputs
-    G = _Groups(k, x, mean.type.shape)
+    G = Groups(k, x, mean.type.shape)
     a, cw = G.a, k.code
+    if _split(k, G, split.emit_grad):
+        return
     with G.each_group():
         cw.line(f"const {a} mu = {G.load(mean, 'g')};",
                 f"const {a} dev = {G.dev(var, 'g')};",
@@ -185,8 +201,10 @@ def emit_batch_normalization_training(k: CudaKernel) -> None:
     """§12.3: mean and biased variance in two canonical passes, then the normalized output."""
     x, scale, bias = k.node.inputs
     y, m, v = k.node.outputs
-    G = _Groups(k, x, scale.type.shape)
+    G = Groups(k, x, scale.type.shape)
     a, cw = G.a, k.code
+    if _split(k, G, split.emit_training):
+        return
     with G.each_group():
         G.sums(("s",), (G.load(x, "o"),))
         G.share(0, "mean", "s / n")
@@ -207,8 +225,10 @@ def emit_batch_normalization_training_grad(k: CudaKernel) -> None:
     """§12.4: DirectML's formula in the reference's order."""
     x, dy, mean, var, scale = k.node.inputs
     dx, ds, db = k.node.outputs
-    G = _Groups(k, x, mean.type.shape)
+    G = Groups(k, x, mean.type.shape)
     a, cw = G.a, k.code
+    if _split(k, G, split.emit_training_grad):
+        return
     with G.each_group():
         cw.line(f"const {a} mu = {G.load(mean, 'g')}, sc = {G.load(scale, 'g')};")
         G.sums(("sd", "st"), ("gy", "gy * d"),

@@ -19,6 +19,9 @@ Each op is one product per group ``z`` whose terms run in the reference's canoni
   row-major order, where ``it`` is dY and ``other`` X in the forward direction, and the other
   way round in the backward direction (§10.2's two loops are one with the roles exchanged).
 
+A relu of a forward convolution's result (``plan.relu_epilogues``: float32 and float64) is
+applied as each element is stored, as the relu kernel selects (``v > 0 ? v : +0``).
+
 The filter (the filter gradient's ``it``) is the product's ``A``: the factor that meets the
 skipped terms, whose non-finite values the tiled kernel checks per chunk. A bias is added to the
 finished sum, one more rounding, then the result is rounded once to the dtype. Bounds checks
@@ -140,14 +143,19 @@ def emit_convolution(k: CudaKernel) -> None:
     b_op = tiling.Operand(px_, t, "r", b_row, b_at, 6.0 + 5.0 * L.nd)
     pb = k.param(bias) if bias is not None else ""
 
+    relu = k.epilogue == "relu"  # plan.relu_epilogues: float32/float64 only
+
     def store(m: str, n: str, s: str) -> list[str]:
         lines = [f"const {ix} yo = (({ix})({n} / {po}) * {co_all} + ({ix})z * {cog} + {m}) * "
                  f"{po} + {n} % {po};"]
+        value = s
         if bias is not None:
-            lines += [f"const {t.acc} v = {s} + {widen(t, f'{pb}[({ix})z * {cog} + {m}]')};",
-                      f"{py}[yo] = {narrow(t, 'v')};"]
-        else:
-            lines.append(f"{py}[yo] = {narrow(t, s)};")
+            lines.append(f"const {t.acc} v = {s} + {widen(t, f'{pb}[({ix})z * {cog} + {m}]')};")
+            value = "v"
+        if relu:  # the relu kernel's own selection: NaN and -0.0 give +0
+            lines.append(f"const {t.acc} rv = {value} > 0 ? {value} : ({t.acc})0;")
+            value = "rv"
+        lines.append(f"{py}[yo] = {narrow(t, value)};")
         return ["{", *("  " + x for x in lines), "}"]
 
     tiled.emit(k, tiling.Product(L.g, cog, nb * po, cig * taps, a_op, b_op, t.acc,

@@ -22,14 +22,15 @@ from gradc.errors import UnsupportedError
 from gradc.ir.core import Graph, Node, Value, parameters_as_inputs
 
 from gradc.backends.plan import (Buffer, Memory, Plan, Sizes, assign_buffers,
-                                 checks_before_writes, flatten, hoist_sinks, plan_arena,
-                                 plan_in_place, raises)
+                                 checks_before_writes, flatten, fold_output_reshapes,
+                                 hoist_sinks, plan_arena, plan_in_place, raises,
+                                 relu_epilogues, sinks_last)
 from gradc.backends.c.ctypes_map import Dims, ctype
 from gradc.backends.c.writer import CWriter
 from gradc.backends.cuda import (average_pooling, batch_norm, conv, elementwise, gather,
                                  gemm, index, normalization, pool, reduce, resample,
                                  slice_grad, training)
-from gradc.backends.cuda.kernel import CudaKernel, grid
+from gradc.backends.cuda.kernel import BLOCK, CudaKernel, grid
 from gradc.backends.cuda.prelude import PRELUDE
 
 Emitter = Callable[[CudaKernel], None]
@@ -73,6 +74,9 @@ class Program:
     launches: list[Launch] = field(default_factory=list)
     in_place: dict[int, int] = field(default_factory=dict)  # output index -> input index
     error_offset: int | None = None  # arena offset of the run-time error record (index.py)
+    # the kernels (labels) whose sums run in another order than the canonical one (sums=
+    # "split"): empty when every result is the reference's bits
+    reordered: list[str] = field(default_factory=list)
 
 
 def check_supported(graph: Graph) -> None:
@@ -118,10 +122,17 @@ class _CudaKernels:
 KERNELS = _CudaKernels()
 
 
+SUMS = ("canonical", "split")
+
+
 def generate(graph: Graph, shapes: Mapping[str, int] | None = None,
-             in_place: Mapping[str, str] | None = None) -> Program:
+             in_place: Mapping[str, str] | None = None, sums: str = "canonical") -> Program:
     """The CUDA program of a verified graph with every symbol bound by ``shapes``
-    (UnsupportedError before any text otherwise); parameters are inputs like the others."""
+    (UnsupportedError before any text otherwise); parameters are inputs like the others.
+    ``sums``: "canonical" (every sum in the reference's order) or "split" (long sums into few
+    outputs split, ``split.py``)."""
+    if sums not in SUMS:
+        raise ValueError(f"internal error: cuda target: sums={sums!r}")
     graph = parameters_as_inputs(graph)
     check_supported(graph)
     shapes = dict(shapes or {})
@@ -132,11 +143,14 @@ def generate(graph: Graph, shapes: Mapping[str, int] | None = None,
                                f"is generated for static shapes), got none")
     plan = Plan(Sizes(shapes))
     flatten(graph, plan)
-    hoist_sinks(plan)
+    fold_output_reshapes(graph, plan)  # no copy kernel for a reshape into an output
+    relu_epilogues(graph, plan)  # a relu of a forward convolution in its store
+    hoist_sinks(plan, sinks=False)
+    sinks_last(plan)  # the updates together at the end: one launch (_Builder._flush)
     granted = plan_in_place(graph, plan, in_place or {}, KERNELS)
     granted = checks_before_writes(graph, plan, granted)
     memory = assign_buffers(graph, plan, granted, KERNELS)
-    return _Builder(graph, plan, Dims([], shapes), memory, granted).build()
+    return _Builder(graph, plan, Dims([], shapes), memory, granted, sums == "split").build()
 
 
 def _aligned(n: int, a: int = IO_ALIGN) -> int:
@@ -147,9 +161,11 @@ class _Builder:
     """Lays out the arena and writes the kernels."""
 
     def __init__(self, graph: Graph, plan: Plan, dims: Dims, memory: Memory,
-                 in_place: dict[int, int]) -> None:
+                 in_place: dict[int, int], split: bool = False) -> None:
         self.graph, self.plan, self.dims, self.memory = graph, plan, dims, memory
         self.in_place = in_place
+        self.split = split
+        self.reordered: list[str] = []
         self.statics: list[str] = []
         self.kernels: list[CWriter] = []
         self.launches: list[Launch] = []
@@ -172,6 +188,11 @@ class _Builder:
         self.scratch_at = _aligned(end + total) if self.error_at is None else \
             _aligned(self.error_at + index.RECORD * 8)
         self.checked = False  # a range check was emitted: later launches stop on its error
+        # kernels held back to be launched as one (_mergeable): kernel, its pointer
+        # declarations, the buffers it reads and writes
+        self.pending: list[tuple[CudaKernel, Callable[[set[str]], list[str]], set[Buffer],
+                                 set[Buffer]]] = []
+        self.high = 0  # kernel numbers below this are taken (see _name)
 
     def address(self, b: Buffer) -> str:
         """The C expression of a buffer's first byte."""
@@ -190,6 +211,7 @@ class _Builder:
                 constants += 1
             elif n not in self.memory.views:
                 self._kernel(n)
+        self._flush()
         if self.error_at is not None:
             self.arena_bytes = max(self.arena_bytes, self.scratch_at)
         w = CWriter()
@@ -207,7 +229,8 @@ class _Builder:
                        [self.offset[Buffer("input", i)] for i in range(len(g.inputs))],
                        [self.offset[buffers[self.plan.resolve(v)]] for v in g.outputs],
                        self.arena_bytes, [tuple(_sizes(self.dims, v)) for v in g.outputs],
-                       list(self.launches), dict(self.in_place), self.error_at)
+                       list(self.launches), dict(self.in_place), self.error_at,
+                       list(self.reordered))
 
     def _constant(self, n: Node, index: int, is_output: bool) -> None:
         """A ``__device__`` array of the constant's bit patterns (and, for an output, a copy
@@ -219,7 +242,8 @@ class _Builder:
         self.statics.append(f"__device__ const {ctype(v.type.dtype).bits} gc_const{index}"
                             f"[{bits.size}] = {{{data}}};")
         if is_output:  # a copy kernel into the output's slot
-            k = CudaKernel(f"k{len(self.kernels)}", n, self.dims, {})
+            self._flush()
+            k = CudaKernel(self._name(), n, self.dims, {})
             dst = self.memory.buffers[self.plan.resolve(v)]
             with k.each(bits.size) as i:
                 k.code.line(f"dst[{i}] = gc_const{index}[{i}];")
@@ -250,14 +274,16 @@ class _Builder:
                 bind(bv, ov, False)
             for bv, ov in zip(n.body.outputs, n.outputs):
                 bind(bv, ov, True)
-        k = CudaKernel(f"k{len(self.kernels)}", n, self.dims, ptr,
-                       scratch_at=self.scratch_at, error_at=self.error_at)
+        k = CudaKernel(self._name(), n, self.dims, ptr, epilogue=self.plan.epilogue.get(n),
+                       scratch_at=self.scratch_at, error_at=self.error_at, split=self.split)
         if n.body is None:
             EMITTERS[n.op](k)
         elif n.attrs["kind"] == "elementwise":
             elementwise.emit_elementwise(k)
         else:
             EMITTERS[n.attrs["kind"]](k)
+        if k.reordered:
+            self.reordered.append(label(n))
 
         def decls(read: set[str]) -> list[str]:
             out = []
@@ -269,7 +295,57 @@ class _Builder:
                     out.append(f"{q}{ty} *__restrict__ {p} = ({q}{ty} *){self.address(b)};")
             return out
 
-        self._finish(k, decls)
+        rw = self._mergeable(k)
+        if rw is None:
+            self._flush()
+            self._finish(k, decls)
+            return
+        reads, writes = rw
+        if any(writes & (r | w) or reads & w for _, _, r, w in self.pending):
+            self._flush()  # a hazard: the held kernels run first
+        self.pending.append((k, decls, reads, writes))
+
+    def _name(self) -> str:
+        """A new kernel's name: ``k<number of functions so far>``, or past every name given
+        while kernels were held back (merged ones leave gaps)."""
+        n = max(len(self.kernels), self.high)
+        self.high = n + 1
+        return f"k{n}"
+
+    def _mergeable(self, k: CudaKernel) -> tuple[set[Buffer], set[Buffer]] | None:
+        """(buffers read, buffers written) of a kernel that may share a launch with its
+        neighbours, else None. Such a kernel is one grid-stride launch of ``BLOCK`` threads
+        without barriers, scratch or range checks, whose results all go to the graph's inputs
+        or outputs (a parameter's update, a running statistic): every temporary it reads
+        stays unwritten while it runs, since no kernel of a merged launch writes one."""
+        n = k.node
+        if k.parts or k.barrier or k.block != BLOCK or k.scratch_bytes or raises([n]):
+            return None
+        bufs = self.memory.buffers
+        writes = {bufs[self.plan.resolve(v)] for v in n.outputs}
+        if any(b.kind == "temp" for b in writes):
+            return None
+        return {bufs[self.plan.resolve(u)] for u in n.inputs}, writes
+
+    def _flush(self) -> None:
+        """Launch the held kernels: one alone as it is, several as one kernel whose blocks
+        are split between them (``merged``)."""
+        pending, self.pending = self.pending, []
+        if len(pending) == 1:
+            self._finish(pending[0][0], pending[0][1])
+        elif pending:
+            w, blocks = merged(pending[0][0].name, [(k, decls(k.read)) for k, decls, _, _
+                                                    in pending], self._stop_line())
+            self.kernels.append(w)
+            self.launches.append(Launch(pending[0][0].name, blocks, BLOCK, False,
+                                        f"merged -> {len(pending)} kernels"))
+            for k, _, _, _ in pending:
+                self.statics.extend(k.tables)
+
+    def _stop_line(self) -> list[str]:
+        """The early return of a launch after a failed range check (see ``_finish``)."""
+        return [f"if (*(const int64_t *)(gc_arena + {self.error_at}) != 0) return;"] \
+            if self.checked else []
 
     def _finish(self, k: CudaKernel, decls: Callable[[set[str]], list[str]]) -> None:
         """The kernel's functions (one per launch) around their bodies, and their launches.
@@ -287,9 +363,7 @@ class _Builder:
             w = CWriter()
             w.comment(n.op if n.body is None else "fused")
             with w.block(f"GC_KERNEL {name}(char *__restrict__ gc_arena)"):
-                w.line(*decls(part.read), "(void)gc_arena;")
-                if self.checked:
-                    w.line(f"if (*(const int64_t *)(gc_arena + {self.error_at}) != 0) return;")
+                w.line(*decls(part.read), "(void)gc_arena;", *self._stop_line())
                 w.nest(part.code)
             self.kernels.append(w)
             self.launches.append(Launch(name, grid(part.work, part.block), part.block,
@@ -334,3 +408,30 @@ def label(n: Node) -> str:
     v = n.outputs[0]
     what = n.op if n.body is None else f"fused {n.attrs['kind']}"
     return f"{what} -> {v.type.dtype.name}[{'x'.join(str(d) for d in v.type.shape)}]"
+
+
+def merged(name: str, segments: list[tuple[CudaKernel, list[str]]],
+           stop: list[str]) -> tuple[CWriter, int]:
+    """One kernel running several grid-stride kernels side by side (the function and its
+    blocks): each gets the blocks its own launch would have, a range of ``blockIdx.x``, and
+    runs its body there with ``gc_first``/``gc_stride`` counting within its range. The
+    segments share no buffer that one of them writes (``_Builder._mergeable``), so their order
+    does not matter; their block counts are fixed at compile time."""
+    w = CWriter()
+    w.comment("fused", f"{len(segments)} kernels in one launch, each on its own blocks")
+    lo = 0
+    with w.block(f"GC_KERNEL {name}(char *__restrict__ gc_arena)"):
+        w.line("(void)gc_arena;", *stop)
+        for k, decls in segments:
+            part = k.part()
+            g = grid(part.work, part.block)
+            w.comment(k.node.op if k.node.body is None else "fused")
+            first = f"blockIdx.x >= {lo}u && " if lo else ""
+            with w.block(f"if ({first}blockIdx.x < {lo + g}u)"):
+                w.line(f"#define gc_first() ((int64_t)(blockIdx.x - {lo}u) * blockDim.x + "
+                       "threadIdx.x)", f"#define gc_stride() ((int64_t){g} * blockDim.x)",
+                       *decls)
+                w.nest(part.code)
+                w.line("#undef gc_first", "#undef gc_stride")
+            lo += g
+    return w, lo

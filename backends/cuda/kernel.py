@@ -11,6 +11,7 @@ over ``count`` work items (output elements, groups, ...), from which ``emit.py``
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
@@ -72,12 +73,22 @@ class CudaKernel(Kernel):
     scratch_at: int = 0  # arena offset of the scratch region (set by emit.py)
     scratch_bytes: int = 0  # scratch used so far by this node
     error_at: int | None = None  # arena offset of the error record, if the program has one
+    split: bool = False  # sums="split": long sums into few outputs may be split (split.py)
+    reordered: bool = False  # set by an emitter that summed in another order than canonical
 
     def next_launch(self) -> None:
         """Close the current launch; what follows is written into the next one."""
         self.parts.append(self.part())
         self.code, self.work, self.barrier, self.read = CWriter(), 1, False, set()
         self.block = BLOCK
+
+    def note_reads(self) -> None:
+        """Note as used every buffer pointer that the current launch's text names (for lines
+        made by closures that called ``param`` while an earlier launch was being written)."""
+        text = self.code.text()
+        for name in set(self.ptr.values()):
+            if re.search(rf"\b{name}\b", text):
+                self.read.add(name)
 
     def part(self) -> Part:
         """The current launch."""

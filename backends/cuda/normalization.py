@@ -7,9 +7,8 @@ single left-to-right sum, so the bits are the reference's. Every step is one rou
 in ``ACC`` in the reference's order (the mean, ``d = x - mean``, the mean of ``d * d`` in a
 second pass, ``inv = 1 / sqrt(var + epsilon)``, ``z = d * inv``, ``* scale``, ``+ bias``),
 float16 widened exactly and rounded once on store; NVRTC's options keep IEEE division and
-square root and contract nothing into an FMA. No faster (tree) order is offered: a split sum
-would be another order, held to §24.4's bound only. The groups' threads run in blocks of one
-warp (``SERIAL_BLOCK``), so that a few thousand long sums spread over the GPU's SMs.
+square root and contract nothing into an FMA. The groups' threads run in blocks of one warp
+(``SERIAL_BLOCK``), so that a few thousand long sums spread over the GPU's SMs.
 
 The gradient is two launches. The first is a thread per group: the statistics recomputed as
 the forward computes them, the sums of ``g = dY * scale`` and ``g * z``, then ``dX``; it saves
@@ -29,6 +28,7 @@ from gradc.ir.core import Value
 from gradc.backends.c.ctypes_map import CType, ctype, float_literal
 from gradc.backends.c.scalar import narrow, widen
 from gradc.backends.cuda.kernel import SERIAL_BLOCK, CudaKernel, row_major, static_shape
+from gradc.backends.cuda.split import thread_parts
 
 
 class _Layout:
@@ -203,8 +203,13 @@ def _parameter_gradients(k: CudaKernel, L: _Layout, x: Value, dy: Value, scale: 
     keep = [q for q in range(r) if sst[q]]
     red = [q for q in range(r) if not sst[q]]
     gst = dict(zip(L.kept, row_major([L.shape[q] for q in L.kept])))
+    outputs = _prod([L.shape[q] for q in keep])
+    p = thread_parts(outputs, _prod([L.shape[q] for q in red])) if k.split else 0
+    if p:
+        _split_parameter_gradients(k, L, (x, dy, scale, ds, db), stats, um, uv, p)
+        return
     k.block = SERIAL_BLOCK
-    with k.each(_prod([L.shape[q] for q in keep]), "e"):
+    with k.each(outputs, "e"):
         c = {}
         for q in keep:  # the scale element's coordinates (its strides are row-major)
             cw.line(f"const int64_t c{q} = e / {sst[q]} % {L.shape[q]};")
@@ -219,6 +224,56 @@ def _parameter_gradients(k: CudaKernel, L: _Layout, x: Value, dy: Value, scale: 
             d = f"{L.load(x, 'm')} - {gm}[gq]" if um else L.load(x, "m")
             cw.line(f"const {a} d = {d};", f"const {a} z = {f'd * {gi}[gq]' if uv else 'd'};",
                     f"const {a} t = gy * z;", "as = as + t;", "ab = ab + gy;")
+        L.store(ds, "e", "as")
+        L.store(db, "e", "ab")
+
+
+def _split_parameter_gradients(k: CudaKernel, L: _Layout, values: tuple[Value, ...],
+                               stats: tuple[str, str], um: bool, uv: bool, p: int) -> None:
+    """``sums="split"``: the members of each scale element (in increasing index of X) cut
+    into ``p`` ranges, a thread per (range, element) adding its range in order into scratch;
+    then a thread per element adds its ranges in order (``split.thread_parts``; SPEC-training
+    §9.5's bound)."""
+    k.reordered = True
+    x, dy, scale, ds, db = values
+    a, cw = L.a, k.code
+    gm, gi = stats
+    r = len(L.shape)
+    sst = L.pstrides(scale)
+    keep = [q for q in range(r) if sst[q]]
+    red = [q for q in range(r) if not sst[q]]
+    gst = dict(zip(L.kept, row_major([L.shape[q] for q in L.kept])))
+    outputs = _prod([L.shape[q] for q in keep])
+    members = _prod([L.shape[q] for q in red])
+    length = -(-members // p)
+    s_as, s_ab = k.scratch(a, outputs * p), k.scratch(a, outputs * p)
+    with k.each(outputs * p, "w"):
+        cw.line(f"const int64_t e = w % {outputs}, part = w / {outputs};")
+        c = {}
+        for q in keep:
+            cw.line(f"const int64_t c{q} = e / {sst[q]} % {L.shape[q]};")
+            c[q] = f"c{q}"
+        cw.line(f"{a} as = 0, ab = 0;", f"const int64_t lo = part * {length};",
+                f"const int64_t hi = lo + {length} < {members} ? lo + {length} : {members};")
+        with cw.block("for (int64_t j = lo; j < hi; j++)"):
+            rst = row_major([L.shape[q] for q in red])
+            for q, st in zip(red, rst):
+                cw.line(f"const int64_t j{q} = j / {st} % {L.shape[q]};" if st > 1 else
+                        f"const int64_t j{q} = j % {L.shape[q]};")
+            coords = {**c, **{q: f"j{q}" for q in red}}
+            cw.line(f"const int64_t m = {_terms([(coords[q], L.xs[q]) for q in range(r)])};",
+                    f"const int64_t gq = {_terms([(coords[q], gst[q]) for q in L.kept])};",
+                    "(void)gq;", f"const {a} gy = {L.load(dy, 'm')};")
+            d = f"{L.load(x, 'm')} - {gm}[gq]" if um else L.load(x, "m")
+            cw.line(f"const {a} d = {d};", f"const {a} z = {f'd * {gi}[gq]' if uv else 'd'};",
+                    f"const {a} t = gy * z;", "as = as + t;", "ab = ab + gy;")
+        cw.line(f"{s_as}[w] = as;", f"{s_ab}[w] = ab;")
+    k.next_launch()
+    with k.each(outputs, "e"):
+        k.code.line(f"{a} as = 0, ab = 0;")
+        with k.code.block(f"for (int64_t q = 0; q < {p}; q++)"):
+            k.code.line(f"as = as + {s_as}[q * {outputs} + e];",
+                        f"ab = ab + {s_ab}[q * {outputs} + e];")
         L.store(ds, "e", "as")
         L.store(db, "e", "ab")
 

@@ -13,6 +13,11 @@ smaller (ties keep the lowest index), as the reference does. The gradient of an 
 is the sum of dY over the windows whose argmax it is, added in increasing dY index from +0 in
 the accumulation type: the reference's order (``np.add.at``), so the sum is bit-identical. An
 anchored group's prologue is evaluated at each dY element read, its epilogue on the sum.
+
+Windows that tile the input (the stride is the window, no padding or dilation: 2x2 stride 2)
+take a form of their own: a thread per window finds its argmax once and writes all of its
+elements of dX (each element belongs to that window alone), reading X once instead of once
+per reaching window; the same values, so the same bits.
 """
 
 from __future__ import annotations
@@ -102,6 +107,70 @@ def emit_max_pooling(k: CudaKernel) -> None:
                         f"{i} / {oplane} * {plane} + bi : 0;")
 
 
+TILE_TAPS = 16  # taps of a window at most for the tiling form (its taps are unrolled)
+
+
+def _tiling(axes: list[_Axis], attrs: Any) -> bool:
+    """True when the windows tile the input exactly: on every axis the window is the stride,
+    undilated, unpadded, and the windows cover the axis (each input position is in exactly one
+    window, every tap of a window is inside)."""
+    taps = 1
+    for a, ax in enumerate(axes):
+        w, s = attrs["window_size"][a], attrs["strides"][a]
+        if not (attrs["dilations"][a] == 1 and w == s and attrs["start_padding"][a] == 0
+                and ax.n == ax.out * s):
+            return False
+        taps *= w
+    return taps <= TILE_TAPS
+
+
+def _emit_tiling_grad(k: CudaKernel, an: Any, axes: list[_Axis], xs: Sequence[int],
+                      ys: Sequence[int]) -> None:
+    """max_pooling_grad of windows that tile the input: a thread per window (dY element)
+    finds its argmax once and writes each of its taps' dX elements: dY (the prologue at the
+    window) added to +0 at the argmax, +0 elsewhere, then the epilogue; each element of dX is
+    in one window only, so this is the gather's result and order, with X read once."""
+    x, dy = an.operand(0), an.operand(1)
+    t = ctype(x.type.dtype)
+    cw = k.code
+    window = [int(w) for w in an.anchor.attrs["window_size"]]
+    plane, oplane = _prod(xs[2:]), _prod(ys[2:])
+    xst = row_major(xs[2:])
+    offs = [sum(j * st for j, st in zip(js, xst)) for js in _taps(window)]
+    better = ("(v == v && (bv != bv || v > bv))" if t.is_float else "v > bv")
+    with k.each(_prod(ys)) as y:
+        c = coords(k, dy.type.shape, y, "c")
+        base = " + ".join([f"{y} / {oplane} * {plane}"] + [
+            f"{c[a + 2]} * {window[a] * xst[a]}" for a in range(len(axes))])
+        cw.line(f"const int64_t xb = {base};", "int bi = 0;",
+                f"{t.compute} bv = {widen(t, f'{k.param(x)}[xb]')};")
+        for j, off in enumerate(offs[1:], 1):
+            with cw.block():
+                cw.line(f"const {t.compute} v = {widen(t, f'{k.param(x)}[xb + {off}]')};")
+                with cw.block(f"if ({better})"):
+                    cw.line(f"bi = {j};", "bv = v;")
+        pro = ctx_gen(k, dy.type.shape, y, an.loads, prefix="a")
+        dv = pro.get(dy)
+        cw.line(*pro.lines, f"const {t.acc} d = ({t.acc}){widen(t, dv)};")
+        for j, off in enumerate(offs):
+            with cw.block():
+                cw.line(f"const int64_t xi = xb + {off};", f"{t.acc} acc = 0;",
+                        f"if (bi == {j}) acc += d;")
+                epi = ctx_gen(k, an.result.type.shape, "xi", an.loads, {an.result: "r"},
+                              prefix="e")
+                value = epi.get(an.out)
+                cw.line(f"const {t.store} r = {narrow(t, 'acc')};", *epi.lines,
+                        f"{k.param(an.out)}[xi] = {value};")
+
+
+def _taps(window: Sequence[int]) -> list[tuple[int, ...]]:
+    """A window's taps in row-major order."""
+    out: list[tuple[int, ...]] = [()]
+    for w in window:
+        out = [js + (j,) for js in out for j in range(w)]
+    return out
+
+
 def emit_max_pooling_grad(k: CudaKernel) -> None:
     """Each element of dX: dY summed over the windows whose argmax it is, in dY's order."""
     an = anchored(k)
@@ -109,6 +178,9 @@ def emit_max_pooling_grad(k: CudaKernel) -> None:
     t = ctype(x.type.dtype)
     xs, ys = static_shape(k, x.type.shape), static_shape(k, dy.type.shape)
     axes = _axes(k, xs[2:], ys[2:], an.anchor.attrs)
+    if _tiling(axes, an.anchor.attrs):
+        _emit_tiling_grad(k, an, axes, xs, ys)
+        return
     plane, oplane = _prod(xs[2:]), _prod(ys[2:])
     ost = row_major(ys[2:])
     cw = k.code

@@ -9,6 +9,11 @@ the compute type and copy the stored element. So every result is the reference's
 transcendental functions of softmax aside: the GPU's ``exp``/``log`` in double are within an ulp
 of glibc's, rounded once to the dtype). reduce_max_grad/reduce_min_grad write all of a group's
 members from the group's thread: dY at the selected one, +0 at the others (one writer each).
+
+Under ``sums="split"`` a floating reduce_sum or reduce_mean of many members into few groups is a
+split sum (``split.py``: blocks of threads over parts of each group, a fixed tree, then the
+parts in order), within SPEC-training.md §9.5's bound; each thread's sum starts at -0.0 as the
+canonical one does. Integer sums wrap, so every order gives their bits: they stay canonical.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from gradc.ir.core import Value
 from gradc.backends.c.ctypes_map import CType, ctype
 from gradc.backends.c.scalar import wrap
 from gradc.backends.cuda.kernel import CudaKernel, row_major, static_shape
+from gradc.backends.cuda.split import Split, decompose, parts
 
 
 def _widen(t: CType, e: str) -> str:
@@ -85,6 +91,8 @@ def emit_reduce_sum(k: CudaKernel) -> None:
         with k.each(_prod(shape)) as i:
             k.code.line(f"{ys}[{i}] = {xs}[{i}];")
         return
+    if t.is_float and _split_sum(k, x, y, axes, None):
+        return
     acc = t.acc if t.is_float else t.uarith
     with _groups(k, x, axes) as off:
         k.code.line(f"{acc} acc = {'-0.0' if t.is_float else '0'};")
@@ -102,11 +110,51 @@ def emit_reduce_mean(k: CudaKernel) -> None:
     shape = static_shape(k, x.type.shape)
     count = _prod([shape[a] for a in axes])
     xs, ys = k.param(x), k.param(y)
+    if _split_sum(k, x, y, axes, count):
+        return
     with _groups(k, x, axes) as off:
         k.code.line(f"{t.acc} acc = -0.0;")
         with _members(k, x, axes):
             k.code.line(f"acc += {_widen(t, f'{xs}[{off}]')};")
         k.code.line(f"{ys}[g] = {_store(t, f'acc / ({t.acc}){count}')};")
+
+
+def _split_sum(k: CudaKernel, x: Value, y: Value, axes: Sequence[int],
+               count: int | None) -> bool:
+    """A split sum (divided once by ``count`` for a mean) when ``k.split`` and the sizes ask
+    for one (``split.parts``); False where the canonical sum is kept."""
+    shape = static_shape(k, x.type.shape)
+    kept = [a for a in range(len(shape)) if a not in axes]
+    groups, members = _prod([shape[a] for a in kept]), _prod([shape[a] for a in axes])
+    p = parts(groups, members) if k.split else 0
+    if not p:
+        return False
+    k.reordered = True
+    t = ctype(x.type.dtype)
+    a, st = t.acc, row_major(shape)
+    xs = k.param(x)
+    base = decompose("g", [shape[q] for q in kept], [st[q] for q in kept])
+    moff = decompose("j", [shape[q] for q in axes], [st[q] for q in axes])
+    sp = Split(k, groups, members, p)
+
+    def finish(total: str) -> str:
+        return _store(t, f"{total} / ({a}){count}") if count is not None else \
+            _store(t, total)
+    scratch = k.scratch(a, groups * p) if p > 1 else ""
+    with sp.each_part(a, 1):
+        k.code.line(f"const int64_t base = {base};", f"{a} s = -0.0;")
+        with sp.each_term():
+            k.code.line(f"s += ({a}){_widen(t, f'{xs}[base + {moff}]')};")
+        (total,) = sp.tree(["s"])
+        with k.code.block("if (threadIdx.x == 0)"):
+            k.code.line(f"{scratch}[gb] = {total};" if p > 1 else
+                        f"{k.param(y)}[g] = {finish(total)};")
+    if p > 1:
+        k.next_launch()
+        with k.each(groups, "g"):
+            sp.total("s", a, scratch, "-0.0")
+            k.code.line(f"{k.param(y)}[g] = {finish('s')};")
+    return True
 
 
 def _extreme(largest: bool) -> Any:

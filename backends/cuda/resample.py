@@ -91,8 +91,27 @@ def _reach(idx: list[np.ndarray], wts: list[np.ndarray], n: int) -> tuple[list[i
     return gstart, coord, wstart, weight
 
 
+ONE = 0x3F800000  # the bits of 1.0f
+
+
+def _regular(gstart: list[int], coord: list[int], wstart: list[int],
+             weight: list[int]) -> int:
+    """``c`` when an axis' reach is ``c`` consecutive dY coordinates from ``c * e`` for every
+    dX position ``e``, each with one tap of weight 1 (nearest at an integer scale, and every
+    axis of scale 1), else 0."""
+    n = len(gstart) - 1
+    c = gstart[1] if n else 0
+    ok = (c > 0 and gstart == [c * e for e in range(n + 1)] and coord == list(range(len(coord)))
+          and wstart == list(range(len(wstart))) and all(w == ONE for w in weight))
+    return c if ok else 0
+
+
 def emit_resample_grad(k: CudaKernel) -> None:
-    """Each element of dX: the weighted dY terms landing on it, in canonical order."""
+    """Each element of dX: the weighted dY terms landing on it, in canonical order.
+
+    An axis whose reach is regular (``_regular``) loops over its dY coordinates by arithmetic,
+    without tables, and leaves its weight (1.0) out of the product: multiplying by 1 is exact.
+    """
     an = anchored(k)
     dy, res = an.operand(0), an.result
     t = ctype(dy.type.dtype)
@@ -100,33 +119,49 @@ def emit_resample_grad(k: CudaKernel) -> None:
     check_table("resample_grad", "axes", max(ys + out))
     taps = all_taps(an.anchor.attrs, ys, out)
     yst = row_major(ys)
-    tabs = []
+    tabs: list[tuple[str, str, str, str] | None] = []
+    reg: list[int] = []
     for a, axis in enumerate(taps):
-        gstart, coord, wstart, weight = _reach([tp[0] for tp in axis], [tp[1] for tp in axis],
-                                               out[a])
-        tabs.append((k.table("int64_t", gstart), k.table("int64_t", coord),
-                     k.table("int64_t", wstart), k.table("uint32_t", weight)))
+        reach = _reach([tp[0] for tp in axis], [tp[1] for tp in axis], out[a])
+        reg.append(_regular(*reach))
+        tabs.append(None if reg[a] else (
+            k.table("int64_t", reach[0]), k.table("int64_t", reach[1]),
+            k.table("int64_t", reach[2]), k.table("uint32_t", reach[3])))
     r = len(out)
     cw = k.code
     with k.each(_prod(out)) as i:
         c = coords(k, res.type.shape, i, "c")
         cw.line(f"{t.acc} acc = 0;")
-        heads = [f"for (int64_t g{a} = {tabs[a][0]}[{c[a]}]; g{a} < {tabs[a][0]}[{c[a]} + 1]; "
-                 f"g{a}++)" for a in range(r)]
+        heads, ycoord = [], []
+        for a in range(r):
+            tab = tabs[a]
+            if tab is None:
+                lo = f"{c[a]} * {reg[a]}" if reg[a] != 1 else c[a]
+                heads.append(f"for (int64_t g{a} = {lo}; g{a} < {lo} + {reg[a]}; g{a}++)")
+                ycoord.append(f"g{a}")
+            else:
+                heads.append(f"for (int64_t g{a} = {tab[0]}[{c[a]}]; g{a} < {tab[0]}[{c[a]} + "
+                             f"1]; g{a}++)")
+                ycoord.append(f"{tab[1]}[g{a}]")
         with cw.blocks(heads):
-            flat = " + ".join(f"{tabs[a][1]}[g{a}]" + (f" * {yst[a]}" if yst[a] != 1 else "")
+            flat = " + ".join(f"{ycoord[a]}" + (f" * {yst[a]}" if yst[a] != 1 else "")
                               for a in range(r))
             cw.line(f"const int64_t yi = {flat};")
             pro = ctx_gen(k, dy.type.shape, "yi", an.loads, prefix="a")
             dv = pro.get(dy)
             cw.line(*pro.lines, f"const {t.acc} d = ({t.acc}){widen(t, dv)};")
-            theads = [f"for (int64_t h{a} = {tabs[a][2]}[g{a}]; h{a} < {tabs[a][2]}[g{a} + 1]; "
-                      f"h{a}++)" for a in range(r)]
-            with cw.blocks(theads):
-                w = f"gc_bits2f({tabs[0][3]}[h0])"
-                for a in range(1, r):
-                    w = f"({w} * gc_bits2f({tabs[a][3]}[h{a}]))"
-                cw.line(f"acc += ({t.acc}){w} * d;")
+            weighted = [(a, tab) for a, tab in enumerate(tabs) if tab is not None]
+            theads = [f"for (int64_t h{a} = {tab[2]}[g{a}]; h{a} < {tab[2]}[g{a} + 1]; h{a}++)"
+                      for a, tab in weighted]
+            with cw.blocks(theads) if theads else cw.block():
+                ws = [f"gc_bits2f({tab[3]}[h{a}])" for a, tab in weighted]
+                if ws:
+                    w = ws[0]
+                    for more in ws[1:]:
+                        w = f"({w} * {more})"
+                    cw.line(f"acc += ({t.acc}){w} * d;")
+                else:
+                    cw.line("acc += d;")
         epi = ctx_gen(k, res.type.shape, i, an.loads, {res: "r"}, prefix="e")
         value = epi.get(an.out)
         cw.line(f"const {t.store} r = {narrow(t, 'acc')};", *epi.lines,

@@ -12,6 +12,13 @@
   same kernels compiled as C++ by the system compiler and run on the CPU through the host
   harness (``host.py``), with host memory standing in for the device's -- how CI runs the
   target without a GPU.
+- ``sums``: ``"canonical"`` (the default: every sum in the reference's canonical order, so
+  every result is the reference's bits) or ``"split"``: a long sum into few outputs (batch
+  normalization's statistics and gradient sums, a bias gradient, a loss's total, the long
+  products of a convolution's filter gradient or of a small convolution or gemm) is added in a
+  fixed tree that fills the GPU (``split.py``, ``tiling.choose_split``), within
+  SPEC-training.md §9.5's bound; sums that already fill the GPU keep the canonical order. The
+  executable's ``exact`` says which a program got (``Program.reordered`` lists the kernels).
 - ``device``: the GPU's ordinal (default 0); ``cxx``: the host harness's compiler (default
   ``$CXX``, else ``c++``); ``cache_dir``: where CUBINs and harness libraries are cached
   (default ``$XDG_CACHE_HOME/gradc`` or ``~/.cache/gradc``).
@@ -40,12 +47,13 @@ from gradc.ir.core import Graph
 
 from gradc.backends.cuda import build, rt
 from gradc.backends.cuda.arrays import describe
-from gradc.backends.cuda.emit import EMITTERS, SPECIAL, Program, generate, unbound_symbols
+from gradc.backends.cuda.emit import (EMITTERS, SPECIAL, SUMS, Program, generate,
+                                     unbound_symbols)
 from gradc.backends.cuda.host import HostDriver
 from gradc.backends.cuda.runtime import CudaRunner, Specializing
 from gradc.backends.target import Lowered
 
-OPTIONS = ("update_in_place", "keep_on_device", "runtime", "device", "cxx", "cache_dir")
+OPTIONS = ("update_in_place", "keep_on_device", "runtime", "sums", "device", "cxx", "cache_dir")
 
 
 def default_cache_dir() -> str:
@@ -78,9 +86,9 @@ class CudaTarget:
 
     def lower(self, graph: Graph, shapes: Mapping[str, int],
               update_in_place: Mapping[str, str] | None = None,
-              keep_on_device: Collection[str] = (), runtime: str = "device", device: int = 0,
-              cxx: str | None = None, cache_dir: str | None = None,
-              **options: Any) -> Lowered:
+              keep_on_device: Collection[str] = (), runtime: str = "device",
+              sums: str = "canonical", device: int = 0, cxx: str | None = None,
+              cache_dir: str | None = None, **options: Any) -> Lowered:
         """Generate, compile (or reuse) and load the program of a verified graph."""
         if options:
             name = sorted(options)[0]
@@ -89,6 +97,9 @@ class CudaTarget:
         if runtime not in ("device", "host"):
             raise GradcError(f"cuda target: runtime: expected 'device' or 'host', got "
                              f"{runtime!r}")
+        if not isinstance(sums, str) or sums not in SUMS:
+            raise GradcError(f"cuda target: sums: expected 'canonical' or 'split', got "
+                             f"{sums!r}")
         if isinstance(device, bool) or not isinstance(device, int) or device < 0:
             raise GradcError(f"cuda target: device: expected a GPU ordinal >= 0, got {device!r}")
         if update_in_place is not None and (
@@ -112,7 +123,7 @@ class CudaTarget:
         free = unbound_symbols(graph, shapes)
 
         def make(bound: dict[str, int]) -> CudaRunner:
-            program = generate(graph, {**shapes, **bound}, update_in_place)
+            program = generate(graph, {**shapes, **bound}, update_in_place, sums)
             return CudaRunner(program, driver, keep_on_device, on_device=not host)
 
         if free:
@@ -121,9 +132,11 @@ class CudaTarget:
         else:
             runner = make({})
             program = runner.program
+        # exact: every sum canonical (a symbolic graph in split mode may split some)
+        exact = not program.reordered if program is not None else sums == "canonical"
         return Lowered(runner, source=program.source if program else None, contiguous=True,
                        in_place=_granted(program),
-                       foreign=lambda a: describe(a, host))
+                       foreign=lambda a: describe(a, host), exact=exact)
 
 
 def _granted(program: Program | None) -> dict[str, str]:

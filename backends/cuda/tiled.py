@@ -45,9 +45,39 @@ from gradc.backends.cuda import tiling
 from gradc.backends.cuda.kernel import BLOCK, CudaKernel
 from gradc.backends.cuda.tiling import DIRECT, PAD, Lines, Operand, Product, Tile, cdiv
 
-def emit(k: CudaKernel, p: Product, tile: Tile | None = None) -> Tile:
-    """Write the kernel of ``p`` (tiled, or direct); returns the tile used."""
-    t = tile or tiling.choose(p)
+class _Parts:
+    """A product split along K (``sums="split"``): ``count`` parts of ``length`` terms, each
+    part's sums saved in ``scratch`` as ``[part][z][m][n]`` in ACC."""
+
+    def __init__(self, p: Product, count: int, length: int, scratch: str) -> None:
+        self.p, self.count, self.length, self.scratch = p, count, length, scratch
+
+    def declare(self, cw: CWriter, zp: str) -> None:
+        """``part``, ``z`` of the split problem index ``zp``, and the part's terms
+        ``[kbeg, kend)``."""
+        p, ix = self.p, self.p.ix
+        cw.line(f"const {ix} part = {zp} / {p.z}, z = {zp} % {p.z};",
+                f"const {ix} kbeg = part * {self.length};",
+                f"const {ix} kend = kbeg + {self.length} < {p.k} ? kbeg + {self.length} : "
+                f"{p.k};")
+
+    def save(self, m: str, n: str, acc: str) -> list[str]:
+        """The line saving the part's sum of output (m, n)."""
+        p = self.p
+        return [f"{self.scratch}[((part * {p.z} + z) * {p.m} + {m}) * {p.n} + {n}] = {acc};"]
+
+
+def emit(k: CudaKernel, p: Product, tile: Tile | None = None, parts: int = 1) -> Tile:
+    """Write the kernel of ``p`` (tiled, or direct); returns the tile used. Under
+    ``sums="split"`` (``k.split``) the tile and the parts come from ``tiling.choose_split``
+    (``parts`` given with ``tile``: forced, for tests)."""
+    if tile is None:
+        t, parts = tiling.choose_split(p) if k.split else (tiling.choose(p), 1)
+    else:
+        t = tile
+    if parts > 1:
+        _emit_split(k, p, t, parts)
+        return t
     k.code.comment(f"{p.z} x ({p.m} x {p.n}) sums of {p.k} terms; tile {t}")
     if t == DIRECT:
         emit_direct(k, p)
@@ -56,17 +86,50 @@ def emit(k: CudaKernel, p: Product, tile: Tile | None = None) -> Tile:
     return t
 
 
-# -- the direct kernel -------------------------------------------------------------------------
-
-def emit_direct(k: CudaKernel, p: Product) -> None:
-    """A thread per output element: its terms in order, skipped ones not multiplied."""
-    cw, ix, acc = k.code, p.ix, p.acc
-    with k.each(p.z * p.m * p.n, "e"):
+def _emit_split(k: CudaKernel, p: Product, t: Tile, parts: int) -> None:
+    """Two launches: each part's sums (the tile's kernel over a K range), then a thread per
+    output adding its parts in order from +0 and running the epilogue."""
+    k.reordered = True
+    length = cdiv(cdiv(p.k, parts), t.bk) * t.bk
+    count = cdiv(p.k, length)
+    split = _Parts(p, count, length, k.scratch(p.acc, count * p.z * p.m * p.n))
+    k.code.comment(f"{p.z} x ({p.m} x {p.n}) sums of {p.k} terms in {count} parts of "
+                   f"{length} (sums=split); tile {t}")
+    if t == DIRECT:
+        emit_direct(k, p, split)
+    else:
+        emit_tiled(k, p, t, split)
+    k.next_launch()
+    cw, ix, outs = k.code, p.ix, p.z * p.m * p.n
+    k.code.comment(f"the {count} parts of each output, in order")
+    with k.each(outs, "e"):
         cw.line(f"const {ix} z = ({ix})(e / {p.m * p.n});",
                 f"const {ix} m = ({ix})(e / {p.n} % {p.m});",
+                f"const {ix} n = ({ix})(e % {p.n});", f"{p.acc} s = 0;")
+        with cw.block(f"for (int q = 0; q < {count}; q++)"):
+            cw.line(f"s = s + {split.scratch}[(int64_t)q * {outs} + e];")
+        cw.line(*p.setup(), *p.store("m", "n", "s"))
+    k.note_reads()
+
+
+# -- the direct kernel -------------------------------------------------------------------------
+
+def emit_direct(k: CudaKernel, p: Product, split: _Parts | None = None) -> None:
+    """A thread per output element: its terms in order, skipped ones not multiplied (``split``:
+    the terms of one part, saved to scratch)."""
+    cw, ix, acc = k.code, p.ix, p.acc
+    parts = split.count if split else 1
+    with k.each(parts * p.z * p.m * p.n, "e"):
+        if split:
+            split.declare(cw, f"({ix})(e / {p.m * p.n})")
+        else:
+            cw.line(f"const {ix} z = ({ix})(e / {p.m * p.n});")
+        cw.line(f"const {ix} m = ({ix})(e / {p.n} % {p.m});",
                 f"const {ix} n = ({ix})(e % {p.n});")
         cw.line(*p.setup(), *p.a.row("ra", "m"), *p.b.row("rb", "n"), f"{acc} s = 0;")
-        with cw.block(f"for ({ix} kk = 0; kk < {p.k}; kk++)"):
+        head = f"for ({ix} kk = kbeg; kk < kend; kk++)" if split else \
+            f"for ({ix} kk = 0; kk < {p.k}; kk++)"
+        with cw.block(head):
             la, oa, _ = p.a.at("ra", "kk")
             lb, ob, vb = p.b.at("rb", "kk")
             cw.line(f"{acc} x, y;", "bool ok = true;")
@@ -77,7 +140,7 @@ def emit_direct(k: CudaKernel, p: Product) -> None:
                         f"y = ok ? {widen(p.b.t, f'{p.b.ptr}[{ob}]')} : 0;")
             with cw.block("if (ok)"):
                 cw.line(f"const {acc} q = x * y;", "s = s + q;")
-        cw.line(*p.store("m", "n", "s"))
+        cw.line(*(split.save("m", "n", "s") if split else p.store("m", "n", "s")))
 
 
 # -- the tiled kernel --------------------------------------------------------------------------
@@ -175,7 +238,7 @@ class _Staging:
             if self.row_tag(s) == tag:
                 cw.line(*self.op.row(tag, f"{tag}_r"))
 
-    def load(self, cw: CWriter, acc: str, k0: str, kcount: int, masked: bool,
+    def load(self, cw: CWriter, acc: str, k0: str, kcount: int | str, masked: bool,
              check: bool, ix: str) -> None:
         """Read the chunk at ``k0`` into registers ``<name>v<s>`` (and masks ``<name>m<s>``;
         ``check``: flag a NaN or an infinity in ``bad``)."""
@@ -211,16 +274,18 @@ class _Staging:
                 cw.line(f"{guard}gc_{self.name}k[{buf}][{kk}][{row}] = {self.name}m{s};")
 
 
-def emit_tiled(k: CudaKernel, p: Product, t: Tile) -> None:
-    """The tiled kernel (module docstring)."""
+def emit_tiled(k: CudaKernel, p: Product, t: Tile, split: _Parts | None = None) -> None:
+    """The tiled kernel (module docstring); ``split``: the tiles of every part, each summing
+    its own K range and saving the sums to scratch."""
     k.barrier = True
     cw, ix, acc = k.code, p.ix, p.acc
     masked = _masked(p)
     fa = _Frag("a", t.bm, t.tm, "ty", acc, t.bk)
     fb = _Frag("b", t.bn, t.tn, "tx", acc, t.bk)
     mt, nt = cdiv(p.m, t.bm), cdiv(p.n, t.bn)
-    count = p.z * mt * nt
-    chunks = cdiv(p.k, t.bk)
+    count = (split.count if split else 1) * p.z * mt * nt
+    chunks = cdiv(split.length if split else p.k, t.bk)
+    k0, kcount = ("kbeg", "kend") if split else ("0", str(p.k))
     sta, stb = _Staging("a", p.a, fa, p.m), _Staging("b", p.b, fb, p.n)
     k.work = min(count, 1 << 30) * BLOCK
     cw.line(*fa.declarations(), *fb.declarations())
@@ -236,22 +301,26 @@ def emit_tiled(k: CudaKernel, p: Product, t: Tile) -> None:
     if masked:
         cw.line(*(f"unsigned char bm{s};" for s in range(stb.slots)))
     with cw.block(f"for ({ix} tile = blockIdx.x; tile < {count}; tile += gridDim.x)"):
-        cw.line(f"const {ix} z = tile / {mt * nt};",
-                f"const {ix} m0 = tile / {nt} % {mt} * {t.bm};",
+        if split:
+            split.declare(cw, f"tile / {mt * nt}")
+        else:
+            cw.line(f"const {ix} z = tile / {mt * nt};")
+        cw.line(f"const {ix} m0 = tile / {nt} % {mt} * {t.bm};",
                 f"const {ix} n0 = tile % {nt} * {t.bn};")
         cw.line(*p.setup())
         sta.declare(cw, "m0", ix)
         stb.declare(cw, "n0", ix)
         cw.line(f"{acc} c[{t.tm}][{t.tn}];")
         _unrolled(cw, [f"i < {t.tm}", f"j < {t.tn}"], ["c[i][j] = 0;"])
-        _stage(cw, sta, stb, acc, "0", p.k, masked, ix, "0")
+        _stage(cw, sta, stb, acc, k0, kcount, masked, ix, "0")
         cw.line("__syncthreads();")
         with cw.block(f"for (int kt = 0; kt < {chunks}; kt++)"):
             cw.line("const int cur = kt & 1;", f"const bool more = kt + 1 < {chunks};")
             if masked:
                 cw.line("bool bad = false;")
             with cw.block("if (more)"):
-                _load(cw, sta, stb, acc, f"(kt + 1) * {t.bk}", p.k, masked, ix)
+                nxt = f"kbeg + (kt + 1) * {t.bk}" if split else f"(kt + 1) * {t.bk}"
+                _load(cw, sta, stb, acc, nxt, kcount, masked, ix)
             with cw.block(f"if (tid < {t.threads})" if t.threads < BLOCK else ""):
                 if masked:
                     with cw.block("if (gc_bad[cur] == q)"):
@@ -266,7 +335,8 @@ def emit_tiled(k: CudaKernel, p: Product, t: Tile) -> None:
         inside = f"tid < {t.threads} && " if t.threads < BLOCK else ""
         body = [f"const {ix} m = m0 + {fa.row('i')};", f"const {ix} n = n0 + {fb.row('j')};",
                 f"if ({inside}m < {p.m} && n < {p.n})", "{",
-                *("  " + x for x in p.store("m", "n", "c[i][j]")), "}"]
+                *("  " + x for x in (split.save("m", "n", "c[i][j]") if split
+                                     else p.store("m", "n", "c[i][j]"))), "}"]
         _unrolled(cw, [f"i < {t.tm}", f"j < {t.tn}"], body)
 
 
@@ -275,7 +345,7 @@ def _masked(p: Product) -> bool:
     return p.b.at("x", "kk")[2] is not None
 
 
-def _load(cw: CWriter, sta: _Staging, stb: _Staging, acc: str, k0: str, kcount: int,
+def _load(cw: CWriter, sta: _Staging, stb: _Staging, acc: str, k0: str, kcount: int | str,
           masked: bool, ix: str) -> None:
     sta.load(cw, acc, k0, kcount, False, masked, ix)
     stb.load(cw, acc, k0, kcount, masked, False, ix)
@@ -288,7 +358,7 @@ def _store(cw: CWriter, sta: _Staging, stb: _Staging, buf: str, masked: bool) ->
         cw.line("q++;", f"if (bad) gc_bad[{buf}] = q;")
 
 
-def _stage(cw: CWriter, sta: _Staging, stb: _Staging, acc: str, k0: str, kcount: int,
+def _stage(cw: CWriter, sta: _Staging, stb: _Staging, acc: str, k0: str, kcount: int | str,
            masked: bool, ix: str, buf: str) -> None:
     """Load and store the first chunk (its own scope: ``bad`` is the chunk's)."""
     with cw.block():

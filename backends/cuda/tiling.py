@@ -20,7 +20,7 @@ its time is about ``K`` dependent additions (no split of ``K``). ``benchmarks/be
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from gradc.backends.c.ctypes_map import CType
@@ -199,3 +199,45 @@ def choose(p: Product) -> Tile:
         padded = cdiv(p.m, t.bm) * t.bm * cdiv(p.n, t.bn) * t.bn
         return cost(p, t) * (1.2 - 0.2 * p.m * p.n / padded)
     return min(tiles(p.acc), key=key)
+
+
+# -- split products (sums="split") -------------------------------------------------------------
+
+SPLIT_PARTS = (2, 4, 8, 16, 32, 64, 128)  # parts tried along K
+SPLIT_MIN_TERMS = 128  # terms per part at least
+SPLIT_GAIN = 1.5  # a split is taken only when estimated this much faster than the canonical sum
+BYTES_PER_CLOCK = 16.0  # DRAM bytes per clock per SM (4.3 TB/s over 132 SMs at 1.98 GHz)
+LAUNCH_CLOCKS = 3000  # a further launch in the step's graph (about 1.5 us)
+
+
+def split_cost(p: Product, t: Tile, parts: int) -> float:
+    """Estimated clocks of a product split into ``parts`` along K: the tile's kernel over the
+    parts (as ``parts`` times as many products of ``K / parts`` terms), the partial sums
+    written and read back, and the second launch."""
+    length = cdiv(cdiv(p.k, parts), t.bk) * t.bk
+    sub = replace(p, z=p.z * cdiv(p.k, length), k=length)
+    word = 8 if p.acc == "double" else 4
+    traffic = (2 * parts + 1) * p.z * p.m * p.n * word
+    return cost(sub, t) + traffic / (SMS * BYTES_PER_CLOCK) + LAUNCH_CLOCKS
+
+
+def choose_split(p: Product) -> tuple[Tile, int]:
+    """The tile and the number of parts along K of a product under ``sums="split"``: the
+    canonical sum (one part) unless a split is estimated ``SPLIT_GAIN`` times faster.
+
+    A split shape depends on the product's static sizes only (never on the device): each
+    output's parts are summed in order by one thread, each part's terms by the tile's kernel in
+    canonical order (``tiled.py``), so results are reproducible and within SPEC-training.md
+    §9.5's bound."""
+    best, parts = choose(p), 1
+    best_cost = cost(p, best) / SPLIT_GAIN
+    for n in SPLIT_PARTS:
+        if cdiv(p.k, n) < SPLIT_MIN_TERMS:
+            break
+        t = choose(replace(p, z=p.z * n, k=cdiv(p.k, n)))
+        c = split_cost(p, t, n)
+        if c < best_cost:
+            best, parts, best_cost = t, n, c
+    if parts > 1:  # the parts actually made (each a whole number of the tile's chunks)
+        parts = cdiv(p.k, cdiv(cdiv(p.k, parts), best.bk) * best.bk)
+    return best, parts

@@ -17,20 +17,74 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
   const float *__restrict__ p2 = (const float *)(gc_arena + 256);
   const float *__restrict__ p3 = (const float *)(gc_arena + 512);
   (void)gc_arena;
-  for (int64_t i = gc_first(); i < 56; i += gc_stride()) {
-    const int64_t c0 = i / 28;
-    const int64_t c1 = i / 4 % 7;
-    const int64_t c2 = i % 4;
-    float r = (0x0.0p+0f);
-    if ((c0 - 0) >= 0 && (c0 - 0) < 2 && (c1 - 1) >= 0 && (c1 - 1) % 2 == 0 && (c1 - 1) / 2 < 3 && (3 - c2) >= 0 && (3 - c2) < 4) {
-      const int64_t yi = (c0 - 0) * 12 + (c1 - 1) / 2 * 4 + (3 - c2);
-      const float a0 = p1[yi];
-      const float a1 = p2[yi];
-      const float a2 = (a0 > 0 ? a1 : (0x0.0p+0f));
-      r = a2;
+  for (int64_t q = gc_first(); q < 14; q += gc_stride()) {
+    const int64_t i0 = q * 4;
+    const int64_t c0 = i0 / 28;
+    const int64_t c1 = i0 / 4 % 7;
+    const int64_t c2 = i0 % 4;
+    float r0 = (0x0.0p+0f);
+    {
+      if ((c0 - 0) >= 0 && (c0 - 0) < 2 && (c1 - 1) >= 0 && (c1 - 1) % 2 == 0 && (c1 - 1) / 2 < 3 && (3 - c2) >= 0 && (3 - c2) < 4) {
+        const int64_t yi = (c0 - 0) * 12 + (c1 - 1) / 2 * 4 + (3 - c2);
+        const float a0 = p1[yi];
+        const float a1 = p2[yi];
+        const float a2 = (a0 > 0 ? a1 : (0x0.0p+0f));
+        r0 = a2;
+      }
     }
-    const float e0 = p3[i];
-    const float e1 = (((e0 <= (-0x1.0000000000000p+0f)) | (e0 >= (0x1.0000000000000p+0f))) ? (0x0.0p+0f) : r);
-    p0[i] = e1;
+    float r1 = (0x0.0p+0f);
+    {
+      if ((c0 - 0) >= 0 && (c0 - 0) < 2 && (c1 - 1) >= 0 && (c1 - 1) % 2 == 0 && (c1 - 1) / 2 < 3 && (3 - (c2 + 1)) >= 0 && (3 - (c2 + 1)) < 4) {
+        const int64_t yi = (c0 - 0) * 12 + (c1 - 1) / 2 * 4 + (3 - (c2 + 1));
+        const float a0 = p1[yi];
+        const float a1 = p2[yi];
+        const float a2 = (a0 > 0 ? a1 : (0x0.0p+0f));
+        r1 = a2;
+      }
+    }
+    float r2 = (0x0.0p+0f);
+    {
+      if ((c0 - 0) >= 0 && (c0 - 0) < 2 && (c1 - 1) >= 0 && (c1 - 1) % 2 == 0 && (c1 - 1) / 2 < 3 && (3 - (c2 + 2)) >= 0 && (3 - (c2 + 2)) < 4) {
+        const int64_t yi = (c0 - 0) * 12 + (c1 - 1) / 2 * 4 + (3 - (c2 + 2));
+        const float a0 = p1[yi];
+        const float a1 = p2[yi];
+        const float a2 = (a0 > 0 ? a1 : (0x0.0p+0f));
+        r2 = a2;
+      }
+    }
+    float r3 = (0x0.0p+0f);
+    {
+      if ((c0 - 0) >= 0 && (c0 - 0) < 2 && (c1 - 1) >= 0 && (c1 - 1) % 2 == 0 && (c1 - 1) / 2 < 3 && (3 - (c2 + 3)) >= 0 && (3 - (c2 + 3)) < 4) {
+        const int64_t yi = (c0 - 0) * 12 + (c1 - 1) / 2 * 4 + (3 - (c2 + 3));
+        const float a0 = p1[yi];
+        const float a1 = p2[yi];
+        const float a2 = (a0 > 0 ? a1 : (0x0.0p+0f));
+        r3 = a2;
+      }
+    }
+    {
+      const int64_t i = i0 + 0;
+      const float e0 = p3[i];
+      const float e1 = (((e0 <= (-0x1.0000000000000p+0f)) | (e0 >= (0x1.0000000000000p+0f))) ? (0x0.0p+0f) : r0);
+      p0[i] = e1;
+    }
+    {
+      const int64_t i = i0 + 1;
+      const float e0 = p3[i];
+      const float e1 = (((e0 <= (-0x1.0000000000000p+0f)) | (e0 >= (0x1.0000000000000p+0f))) ? (0x0.0p+0f) : r1);
+      p0[i] = e1;
+    }
+    {
+      const int64_t i = i0 + 2;
+      const float e0 = p3[i];
+      const float e1 = (((e0 <= (-0x1.0000000000000p+0f)) | (e0 >= (0x1.0000000000000p+0f))) ? (0x0.0p+0f) : r2);
+      p0[i] = e1;
+    }
+    {
+      const int64_t i = i0 + 3;
+      const float e0 = p3[i];
+      const float e1 = (((e0 <= (-0x1.0000000000000p+0f)) | (e0 >= (0x1.0000000000000p+0f))) ? (0x0.0p+0f) : r3);
+      p0[i] = e1;
+    }
   }
 }
