@@ -229,6 +229,7 @@ def _train(args: argparse.Namespace, load_graph: Any, done: dict[str, Any]) -> i
     if curve:
         check_output_file(curve, "--curve")
     opt = optimizer_from(args)
+    compile_options = _compile_options(args)
     g = load_graph(args.file)
     args.loss = _loss_for_data(g, args)
     _check_loss(g, args.loss)
@@ -245,13 +246,11 @@ def _train(args: argparse.Namespace, load_graph: Any, done: dict[str, Any]) -> i
                      f"(the model's fixed batch is {batch})")
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
-    compile_options: dict[str, Any] = {}
-    if args.threads is not None and args.target in ("c", "onnx"):
-        compile_options["threads"] = args.threads
     t0 = time.perf_counter()
     trainer = Trainer(g, opt, target=args.target, **options, **compile_options)
     evaluator = Evaluator(trainer, args.loss, spec, options["class_axis"], args.target,
                           compile_options) if val or spec.classes is not None else None
+    _compile_sizes(trainer, evaluator, data, val, batch, static)
     per_epoch = len(batches)
     used = per_epoch * batch if static else data.size
     dropped = f", the last {data.size - used} dropped (fixed batch)" if used < data.size else ""
@@ -298,6 +297,32 @@ def _train(args: argparse.Namespace, load_graph: Any, done: dict[str, Any]) -> i
     if args.checkpoint:
         wrote(args.checkpoint, "parameters, optimizer state and step (--resume)")
     return 0
+
+
+def _compile_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The target options of ``--threads``."""
+    options: dict[str, Any] = {}
+    if args.threads is not None and args.target in ("c", "onnx"):
+        options["threads"] = args.threads
+    return options
+
+
+def _compile_sizes(trainer: Trainer, evaluator: Evaluator | None, data: Dataset,
+                   val: Dataset | None, batch: int, static: bool) -> None:
+    """Compile the step and the measures for every batch size of the run before it starts (a
+    symbolic batch is bound per size: ``Trainer``): the batch, and the smaller last batch of
+    data that does not divide, which trains too (a fixed batch drops it instead)."""
+    for d in (data, val):
+        if d is None:
+            continue
+        sizes = {min(batch, d.size)} | ({d.size % batch} if not static and d.size % batch
+                                         else set())
+        for k in sorted(sizes, reverse=True):
+            sample = {name: a[:k] for name, a in d.arrays.items()}
+            if d is data:
+                trainer.executable_for(**sample)
+            if evaluator is not None:
+                evaluator.compiled.select(sample)
 
 
 def _load(path: str, spec: DataSpec, batch: int, static: bool) -> Dataset:
