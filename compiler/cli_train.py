@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from gradc.backends.c.runtime import preload_openmp
 from gradc.cli_args import INT64_MAX, INT64_MIN, integer, real
 from gradc.curves import write_loss_curve
 from gradc.errors import GradcError, InputError
@@ -230,6 +231,10 @@ def _train(args: argparse.Namespace, load_graph: Any, done: dict[str, Any]) -> i
         check_output_file(curve, "--curve")
     opt = optimizer_from(args)
     compile_options = _compile_options(args)
+    if args.target == "c":
+        # OpenMP reads its settings when it is loaded: before a .pt2 file imports PyTorch,
+        # which brings the same runtime with its own (gradc.backends.c.runtime).
+        preload_openmp(args.spin_count)
     g = load_graph(args.file)
     args.loss = _loss_for_data(g, args)
     _check_loss(g, args.loss)
@@ -300,10 +305,14 @@ def _train(args: argparse.Namespace, load_graph: Any, done: dict[str, Any]) -> i
 
 
 def _compile_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The target options of ``--threads``."""
+    """The target options of ``--threads`` and ``--spin-count``."""
     options: dict[str, Any] = {}
     if args.threads is not None and args.target in ("c", "onnx"):
         options["threads"] = args.threads
+    if args.spin_count is not None:
+        if args.target != "c":
+            raise TrainCliError(f"--spin-count: only for -t c, got -t {args.target}")
+        options["spin_count"] = args.spin_count
     return options
 
 
@@ -474,6 +483,10 @@ def add_parsers(sub: Any, seed: Any, load_graph: Any, write_graph: Any) -> None:
     p.add_argument("-t", "--target", default="c", choices=["c", "numpy", "onnx", "reference"],
                    help="where the step runs (default c)")
     p.add_argument("--threads", type=integer(1), help="threads of the c and onnx targets")
+    p.add_argument("--spin-count", type=integer(0), metavar="N",
+                   help="c target: how long an idle OpenMP thread busy-waits before it sleeps, "
+                        "in libgomp's spins (GOMP_SPINCOUNT; default 1000, about 50 us; 0 "
+                        "sleeps at once, best when other processes keep every core busy)")
     p.add_argument("--curve", metavar="FILE.svg",
                    help="the loss curve (default: OUTPUT without .onnx, plus .loss.svg; '' "
                         "for none)")
