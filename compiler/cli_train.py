@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from gradc.backends.c.runtime import preload_openmp
 from gradc.cli_args import INT64_MAX, INT64_MIN, integer, real
 from gradc.curves import write_loss_curve
 from gradc.errors import GradcError, InputError
@@ -229,6 +230,11 @@ def _train(args: argparse.Namespace, load_graph: Any, done: dict[str, Any]) -> i
     if curve:
         check_output_file(curve, "--curve")
     opt = optimizer_from(args)
+    compile_options = _compile_options(args)
+    if args.target == "c":
+        # OpenMP reads its settings when it is loaded: before a .pt2 file imports PyTorch,
+        # which brings the same runtime with its own (gradc.backends.c.runtime).
+        preload_openmp(args.spin_count)
     g = load_graph(args.file)
     args.loss = _loss_for_data(g, args)
     _check_loss(g, args.loss)
@@ -245,13 +251,11 @@ def _train(args: argparse.Namespace, load_graph: Any, done: dict[str, Any]) -> i
                      f"(the model's fixed batch is {batch})")
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
-    compile_options: dict[str, Any] = {}
-    if args.threads is not None and args.target in ("c", "onnx"):
-        compile_options["threads"] = args.threads
     t0 = time.perf_counter()
     trainer = Trainer(g, opt, target=args.target, **options, **compile_options)
     evaluator = Evaluator(trainer, args.loss, spec, options["class_axis"], args.target,
                           compile_options) if val or spec.classes is not None else None
+    _compile_sizes(trainer, evaluator, data, val, batch, static)
     per_epoch = len(batches)
     used = per_epoch * batch if static else data.size
     dropped = f", the last {data.size - used} dropped (fixed batch)" if used < data.size else ""
@@ -298,6 +302,36 @@ def _train(args: argparse.Namespace, load_graph: Any, done: dict[str, Any]) -> i
     if args.checkpoint:
         wrote(args.checkpoint, "parameters, optimizer state and step (--resume)")
     return 0
+
+
+def _compile_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The target options of ``--threads`` and ``--spin-count``."""
+    options: dict[str, Any] = {}
+    if args.threads is not None and args.target in ("c", "onnx"):
+        options["threads"] = args.threads
+    if args.spin_count is not None:
+        if args.target != "c":
+            raise TrainCliError(f"--spin-count: only for -t c, got -t {args.target}")
+        options["spin_count"] = args.spin_count
+    return options
+
+
+def _compile_sizes(trainer: Trainer, evaluator: Evaluator | None, data: Dataset,
+                   val: Dataset | None, batch: int, static: bool) -> None:
+    """Compile the step and the measures for every batch size of the run before it starts (a
+    symbolic batch is bound per size: ``Trainer``): the batch, and the smaller last batch of
+    data that does not divide, which trains too (a fixed batch drops it instead)."""
+    for d in (data, val):
+        if d is None:
+            continue
+        sizes = {min(batch, d.size)} | ({d.size % batch} if not static and d.size % batch
+                                         else set())
+        for k in sorted(sizes, reverse=True):
+            sample = {name: a[:k] for name, a in d.arrays.items()}
+            if d is data:
+                trainer.executable_for(**sample)
+            if evaluator is not None:
+                evaluator.compiled.select(sample)
 
 
 def _load(path: str, spec: DataSpec, batch: int, static: bool) -> Dataset:
@@ -449,6 +483,10 @@ def add_parsers(sub: Any, seed: Any, load_graph: Any, write_graph: Any) -> None:
     p.add_argument("-t", "--target", default="c", choices=["c", "numpy", "onnx", "reference"],
                    help="where the step runs (default c)")
     p.add_argument("--threads", type=integer(1), help="threads of the c and onnx targets")
+    p.add_argument("--spin-count", type=integer(0), metavar="N",
+                   help="c target: how long an idle OpenMP thread busy-waits before it sleeps, "
+                        "in libgomp's spins (GOMP_SPINCOUNT; default 1000, about 50 us; 0 "
+                        "sleeps at once, best when other processes keep every core busy)")
     p.add_argument("--curve", metavar="FILE.svg",
                    help="the loss curve (default: OUTPUT without .onnx, plus .loss.svg; '' "
                         "for none)")

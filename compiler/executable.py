@@ -269,3 +269,64 @@ class Executable:
 
     def __repr__(self) -> str:
         return f"<Executable {self.graph.name} target={self.target}>"
+
+
+Bindings = tuple[tuple[str, int], ...]  # (symbol, size) pairs, in the order of ``free``
+
+
+class SizedExecutables:
+    """Executables of one graph, each compiled for the sizes its calls bind, made on first use.
+
+    A graph whose sizes are symbolic runs on the C target with every intermediate value
+    allocated per call; compiled with its symbols bound (``compile(shapes=...)``) it plans them
+    in one arena that every later call reuses. A training loop calls with one batch size, and
+    perhaps a smaller last batch: ``select`` compiles one executable per set of sizes the
+    arrays give the symbols that ``shapes`` leaves ``free``, up to ``limit`` sets; calls with
+    any further set share one executable compiled with those symbols free, so a loop over
+    many sizes compiles at most ``limit + 1`` times. ``limit=0``: never bind (one executable,
+    compiled with ``shapes`` alone, for targets that plan nothing from sizes). ``make(shapes)``
+    compiles (``gradc.compile`` with every other option fixed)."""
+
+    def __init__(self, graph: Graph, make: Callable[[dict[str, int]], Executable],
+                 shapes: Mapping[str, int] | None = None, limit: int = 4) -> None:
+        self.graph = graph
+        self._make = make
+        self._shapes = dict(shapes or {})
+        symbols = {s for v in graph.inputs for s in v.type.symbols}
+        self.free = sorted(symbols - set(self._shapes))
+        self.limit = limit
+        self.executables: dict[Bindings, Executable] = {}  # () for the unbound one
+        self._by_shapes: dict[tuple, Executable] = {}  # the arrays' shapes -> executable
+        self.last: Executable | None = None  # the executable of the last ``select``
+        if not self.free or limit <= 0:  # one executable for every call: compiled now
+            self.last = self._unbound()
+
+    def _unbound(self) -> Executable:
+        exe = self.executables.get(())
+        if exe is None:
+            exe = self.executables[()] = self._make(dict(self._shapes))
+        return exe
+
+    def select(self, arrays: Mapping[str, Any]) -> Executable:
+        """The executable for these arrays (the graph's inputs), compiled now if needed. The
+        sizes are checked first (``bind_inputs``: an InputError compiles nothing)."""
+        shapes = tuple(getattr(arrays.get(v.name), "shape", None) for v in self.graph.inputs)
+        exe = self._by_shapes.get(shapes)
+        if exe is None:
+            exe = self._select(arrays)
+            if len(self._by_shapes) < 64:
+                self._by_shapes[shapes] = exe
+        self.last = exe
+        return exe
+
+    def _select(self, arrays: Mapping[str, Any]) -> Executable:
+        if not self.free or self.limit <= 0:
+            return self._unbound()
+        bound = bind_inputs(self.graph, dict(arrays), self._shapes)
+        key = tuple((s, bound[s]) for s in self.free)
+        exe = self.executables.get(key)
+        if exe is None:
+            if sum(1 for k in self.executables if k) >= self.limit:
+                return self._unbound()
+            exe = self.executables[key] = self._make({**self._shapes, **dict(key)})
+        return exe

@@ -8,7 +8,9 @@ for the Trainer's target with the loss the training step adds, summed per batch
 cross entropy the labels that are not ``ignore_index``; for mse every element of ``target``),
 which is PyTorch's mean over the whole set, not a mean of batch means. Accuracy is the share of
 counted labels whose largest score, along the class axis, is the label's class: for a language
-model (``[N, T, V]`` logits, ``[N, T]`` labels) that is token accuracy.
+model (``[N, T, V]`` logits, ``[N, T]`` labels) that is token accuracy. As the Trainer's step, the
+model is compiled per batch size on the targets that plan memory from sizes (the C target:
+``trainer.BINDING_TARGETS``), so the batches of a measure run in one planned arena.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from typing import Any
 import numpy as np
 
 from gradc.api import compile
+from gradc.executable import SizedExecutables
 from gradc.ir.losses import mean_squared_error, softmax_cross_entropy
 from gradc.ir.types import DType
 from gradc.train_data import Batches, DataSpec
+from gradc.trainer import BINDING_TARGETS, MAX_SIZES
 
 
 @dataclass(frozen=True)
@@ -62,7 +66,11 @@ class Evaluator:
                 else:
                     total = mean_squared_error(first, lab, reduction="sum")
             self.sum_name = g.output(total).name
-        self.exe = compile(g, target, **options)
+        options = dict(options)
+        shapes = options.pop("shapes", None)
+        self.compiled = SizedExecutables(
+            g, lambda sizes: compile(g, target, shapes=sizes, **options), shapes,
+            MAX_SIZES if target in BINDING_TARGETS else 0)
         self.names = [p.name for p in g.parameters]
 
     def measure(self, trainer: Any, batches: Batches) -> Measure:
@@ -71,7 +79,7 @@ class Evaluator:
         params = {n: values[n] for n in self.names if n in values}
         loss_sum, count, right = 0.0, 0, 0
         for batch in batches.epoch_batches(0):
-            out = self.exe(**batch, **params)
+            out = self.compiled.select(batch)(**batch, **params)
             if self.sum_name is None:  # the model's own loss: a mean per batch
                 n = len(next(iter(batch.values())))
                 loss_sum += float(np.asarray(out[self.first], np.float64).reshape(-1)[0]) * n

@@ -1,10 +1,18 @@
 """``gradc.Trainer``: a compiled training step and the state it carries between calls.
 
-The step graph (``gradc.training_step``) is compiled once. Its parameters are the state: the
-trained parameters, the optimizer state, running statistics and ``rng_state``; the Trainer owns
-one array for each and passes them to every call. On the ``"c"`` target the step writes each
-``<name>.next`` into the array of ``<name>`` itself (the C target's ``update_in_place``): no
-parameter is copied and no state array is allocated per step. On the ``"cuda"`` target the state
+The step graph (``gradc.training_step``) is compiled once -- on the ``"c"`` target, once per
+batch size when the graph's sizes are symbolic (a batch dim): its symbols are bound from the
+first batch of each size (``SizedExecutables``, at most ``MAX_SIZES`` sizes; further sizes share
+one executable with the symbols free), so that the step plans its intermediate values in one
+arena, allocated once, instead of allocating them on every call; a training loop compiles for
+its batch size, and for its smaller last batch if the data does not divide. ``shapes=`` binds
+symbols for every step instead. Its parameters are the state: the trained parameters, the
+optimizer state, running statistics and ``rng_state``; the Trainer owns one array for each and
+passes them to every call, whichever executable runs it, so the state is one. On the ``"c"``
+target the step writes each ``<name>.next`` into the array of ``<name>`` itself (the C target's
+``update_in_place``): no parameter is copied and no state array is allocated per step (an
+output not granted in place is a new array, which the Trainer keeps: the next executable gets
+it). On the ``"cuda"`` target the state
 lives on the GPU: each ``<name>.next`` is written in place into the slot of ``<name>`` in the
 device arena and returned as a ``DeviceArray`` of that slot (``keep_on_device``), which the
 next step passes back without a copy; the loss is the only value read back per step, and
@@ -29,7 +37,8 @@ import numpy as np
 
 from gradc.api import compile
 from gradc.backends.onnx.target import to_onnx
-from gradc.errors import InputError, UnsupportedError
+from gradc.errors import GradcError, InputError, UnsupportedError
+from gradc.executable import Executable, SizedExecutables
 from gradc.files import check_input_file, write_bytes_atomically
 from gradc.ir import builders as B
 from gradc.ir.core import Graph, Node, Parameter, Value
@@ -38,6 +47,12 @@ from gradc.train_data import check_batch, data_spec
 from gradc.training import RNG_INPUT, RNG_OUTPUT, check_seed, name_blanks, training_step
 
 STEP_KEY = "step"
+# Targets whose programs are planned from static sizes (the C target's arena of intermediate
+# values needs every shape known when it compiles): a Trainer on one of them binds a symbolic
+# batch from the batches it is given. The CUDA target specializes per set of sizes in its own
+# runner; the other targets plan nothing from sizes, so they compile once, with symbols free.
+BINDING_TARGETS = frozenset({"c"})
+MAX_SIZES = 4  # batch sizes compiled per Trainer: a run's batch and its last, smaller one
 
 
 def _owned(a: np.ndarray) -> np.ndarray:
@@ -76,7 +91,11 @@ class Trainer:
             if p.value is None:
                 raise InputError(f"Trainer: parameter {p.name!r} has no value (a graph parsed "
                                  f"from text needs parse(text, parameters=...))")
-        self.executable = compile(self.step_graph, target, **options)
+        shapes = options.pop("shapes", None)
+        self._compiled = SizedExecutables(
+            self.step_graph, lambda sizes: compile(self.step_graph, target, shapes=sizes,
+                                                   **options),
+            shapes, MAX_SIZES if target in BINDING_TARGETS else 0)
         self._state: dict[str, np.ndarray] = {p.name: _owned(p.value)  # type: ignore[arg-type]
                                               for p in self.step_graph.parameters}
         self._steps = 0
@@ -89,6 +108,40 @@ class Trainer:
         self.last_step_bytes = {"in_place": 0, "allocated": 0, "copied": 0}
 
     # -- training ---------------------------------------------------------------------------
+    @property
+    def executable(self) -> Executable:
+        """The compiled step that ran last (before any step: the one compiled with the Trainer,
+        where the sizes did not wait for a batch)."""
+        if self._compiled.last is None:
+            raise GradcError(f"Trainer.executable: no step compiled yet: the sizes of graph "
+                             f"{self.step_graph.name!r} are symbolic "
+                             f"({', '.join(self._compiled.free)}), so the step is compiled for "
+                             f"those of each batch (executable_for(**batch) compiles one now)")
+        return self._compiled.last
+
+    @property
+    def executables(self) -> dict[tuple[tuple[str, int], ...], Executable]:
+        """The compiled steps by the sizes they bind: ``(("batch", 32),)``, ...; ``()`` for the
+        one compiled with the symbols free (or without any)."""
+        return dict(self._compiled.executables)
+
+    def executable_for(self, **batch: Any) -> Executable:
+        """The compiled step for the sizes of ``batch`` (arrays as ``step`` takes them; only
+        their shapes are read), compiled now unless it was before: ``gradc train`` compiles
+        its batch sizes before the first step."""
+        self._check_names("Trainer.executable_for", batch)
+        return self._compiled.select({**batch, STEP_KEY: np.ones(1, np.int64)})
+
+    def _check_names(self, where: str, batch: Mapping[str, Any]) -> None:
+        for name in batch:
+            if name not in self._batch_names:
+                raise InputError(f"{where}: unexpected array {name!r}: the step takes "
+                                 f"{', '.join(self._batch_names)}")
+        for name in self._batch_names:
+            if name not in batch:
+                raise InputError(f"{where}: missing array {name!r}: the step takes "
+                                 f"{', '.join(self._batch_names)}")
+
     @property
     def batch_names(self) -> list[str]:
         """The arrays ``step`` takes: the forward inputs, then ``labels`` or ``target``."""
@@ -104,21 +157,17 @@ class Trainer:
         is, after the update: the caller decides whether to stop). The batch is checked first
         as ``gradc train`` checks its data (``train_data.check_batch``: labels in the class
         range or ``ignore_index``, no NaN or infinity): an InputError changes no state."""
-        for name in batch:
-            if name not in self._batch_names:
-                raise InputError(f"Trainer.step: unexpected array {name!r}: the step takes "
-                                 f"{', '.join(self._batch_names)}")
-        for name in self._batch_names:
-            if name not in batch:
-                raise InputError(f"Trainer.step: missing array {name!r}: the step takes "
-                                 f"{', '.join(self._batch_names)}")
+        self._check_names("Trainer.step", batch)
         # A strided view (a column slice, a transposed batch) is fine here: the C target needs
         # C-contiguous arrays, so such a batch is copied once (contiguous ones are not).
         batch = {k: np.ascontiguousarray(v) if isinstance(v, np.ndarray) else v
                  for k, v in batch.items()}
         check_batch("Trainer.step", batch, self.batch_spec)  # before the step: state untouched
         t = self._steps + 1
-        out = self.executable(**batch, step=np.array([t], np.int64), **self._state)
+        batch[STEP_KEY] = np.array([t], np.int64)
+        # The sizes are checked before a step of a new size is compiled; every executable
+        # reads and updates the Trainer's one state.
+        out = self._compiled.select(batch)(**batch, **self._state)
         in_place = allocated = 0
         for name, old in self._state.items():
             new = out[name + SUFFIX]
