@@ -195,9 +195,13 @@ class Pow(_Unary):
         return out
 
     def reference(self, attrs: Mapping[str, Any], x: np.ndarray) -> list[np.ndarray]:
-        e = np.float64(attrs["exponent"])
+        x64 = np.asarray(x, np.float64)
+        # C's pow (§16.2): the exponent as a full array, since NumPy's power takes sqrt for a
+        # scalar 0.5, which gives -0 and NaN where C's pow(-0, 0.5) and pow(-inf, 0.5) are
+        # +0 and +inf
+        e = np.full(x64.shape, np.float64(attrs["exponent"]))
         with np.errstate(all="ignore"):
-            return [np.asarray(np.power(x.astype(np.float64), e)).astype(x.dtype)]
+            return [np.asarray(np.power(x64, e)).astype(x.dtype)]
 
     def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
         """dX = dY * (exponent * pow(X, exponent - 1)); exponent 0: zeros shaped like X."""
