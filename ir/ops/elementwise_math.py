@@ -196,12 +196,13 @@ class Pow(_Unary):
 
     def reference(self, attrs: Mapping[str, Any], x: np.ndarray) -> list[np.ndarray]:
         x64 = np.asarray(x, np.float64)
-        # C's pow (§16.2): the exponent as a full array, since NumPy's power takes sqrt for a
-        # scalar 0.5, which gives -0 and NaN where C's pow(-0, 0.5) and pow(-inf, 0.5) are
-        # +0 and +inf
-        e = np.full(x64.shape, np.float64(attrs["exponent"]))
+        e = np.float64(attrs["exponent"])
         with np.errstate(all="ignore"):
-            return [np.asarray(np.power(x64, e)).astype(x.dtype)]
+            y = np.asarray(np.power(x64, e))
+            if e == 0.5:
+                # NumPy takes sqrt for a scalar 0.5: C's pow (§16.2) is +0 at -0, +inf at -inf
+                y = np.where(x64 == 0, 0.0, np.where(x64 == -np.inf, np.inf, y))
+            return [np.asarray(y.astype(x.dtype))]
 
     def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
         """dX = dY * (exponent * pow(X, exponent - 1)); exponent 0: zeros shaped like X."""
