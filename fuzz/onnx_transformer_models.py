@@ -347,6 +347,18 @@ class TransformerModelGen:
         return model
 
 
+def ort_divergence(model: onnx.ModelProto) -> bool:
+    """Models whose onnxruntime results are off on purpose of nothing gradc does: a float64
+    ``Gelu``, ``Sin`` or ``Cos`` (onnxruntime 1.32's double kernels: a tanh-mode Gelu about
+    1e-9 off, Sin/Cos that lose the reduced argument past pi; gradc's onnx lowering writes
+    these functions out for float64, backends/onnx/lower_activation.py)."""
+    double = any(t.data_type == TensorProto.DOUBLE for t in model.graph.initializer) or any(
+        v.type.tensor_type.elem_type == TensorProto.DOUBLE for v in model.graph.input) or any(
+        a.name == "to" and a.i == TensorProto.DOUBLE for n in model.graph.node
+        for a in n.attribute)
+    return double and any(n.op_type in ("Gelu", "Sin", "Cos") for n in model.graph.node)
+
+
 def _typed_outputs(model: onnx.ModelProto) -> None:
     """The outputs' types as ONNX shape inference finds them (left bare when it fails)."""
     try:
@@ -361,4 +373,4 @@ def _typed_outputs(model: onnx.ModelProto) -> None:
             out.type.CopyFrom(t)
 
 
-__all__ = ["TransformerModelGen", "MUTANT_OPS", "MUTANT_ATTRS"]
+__all__ = ["TransformerModelGen", "MUTANT_OPS", "MUTANT_ATTRS", "ort_divergence"]

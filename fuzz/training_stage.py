@@ -212,8 +212,9 @@ def check_training(g: Graph, opts: Mapping[str, Any], run: Callable[[str, Callab
         check_trainer(pg, opt, loss, options, run, rng)
     # Adam and AdamW divide by the root of the second moment: a gradient that is 0 in exact
     # arithmetic (a bias added to every logit before a softmax) holds rounding noise, which
-    # they turn into a step of size lr. onnxruntime rounds differently, so its step is then
-    # compared with the reference only for SGD (linear in the gradient); it still runs.
+    # they turn into a step of size lr. onnxruntime rounds differently, and so does the C
+    # library's exp or log in the last place, so a step is then compared with the reference
+    # only for SGD (linear in the gradient) or where it is bit for bit; it still runs.
     adaptive = not isinstance(opt, gradc.optim.SGD)
     check_graph(step, {**opts, "grad": False, "onnx_export": False, "api": False,
                        "train": False, "exact_only": adaptive, "seed": rng.getrandbits(32)})
@@ -249,6 +250,8 @@ def check_training(g: Graph, opts: Mapping[str, Any], run: Callable[[str, Callab
             raise Finding("mismatch", "c-in-place:alias",
                           f"c in place: output {o!r} is not the array passed for {i!r}")
     from fuzz.pipeline import compare  # lazy: pipeline imports this module
+    if adaptive and uses_transcendental(step):
+        return  # the C library's last bits, magnified by Adam (see above)
     compare("c", out, ref, approx=uses_transcendental(step))
 
 
