@@ -417,3 +417,15 @@ def test_an_opset_beyond_a_c_int_is_refused_not_a_type_error(version):
     m.opset_import[0].version = version
     with pytest.raises(gradc.GradcError):
         gradc.from_onnx(m)
+
+
+def test_a_rewrite_never_reads_an_attribute_of_the_wrong_type():
+    """fuzz/regressions/onnx: the SplitToSequence rewrite read ``axis`` before any
+    validation (a STRING axis: ValueError from int(b'')); a node without its schema's
+    inputs, outputs and attribute types is left to the importer's schema check."""
+    m = _sequence_model(2)
+    for n in m.graph.node:
+        if n.op_type == "SplitToSequence":
+            n.attribute[0].CopyFrom(oh.make_attribute("axis", b""))
+    with pytest.raises(gradc.VerifyError, match="attribute axis"):
+        gradc.from_onnx(m)

@@ -23,6 +23,10 @@ from typing import Any, Callable
 import onnx
 from onnx import NodeProto, TypeProto, helper
 
+from gradc.errors import VerifyError
+from gradc.backends.onnx.import_node import OnnxNode
+from gradc.backends.onnx.import_schema import check_node
+
 Rewrite = Callable[[NodeProto, "Rewriter"], "list[NodeProto] | None"]
 INT32 = 1 << 31
 REWRITES: dict[str, Rewrite] = {}
@@ -117,6 +121,17 @@ class Rewriter:
                                                          [len(value)], list(value))), name
 
 
+def _valid(n: NodeProto, index: int, opset: int) -> bool:
+    """Whether the node has the inputs, outputs and attribute types of its ONNX schema: a
+    rewrite reads them, so a node without them stays for the importer's schema check, which
+    refuses it naming what is wrong (``import_schema``)."""
+    try:
+        check_node(OnnxNode(n, index), opset)
+    except VerifyError:
+        return False
+    return True
+
+
 def _upstream(model: Any, name: str) -> Any:
     """A copy of the model with only the nodes that ``name`` depends on, and ``name`` as its
     output; None when one of them has an integer attribute outside 32 bits (see
@@ -165,9 +180,9 @@ def prepare(model: Any) -> Any:
     out.CopyFrom(model)
     r = Rewriter(out)
     nodes: list[NodeProto] = []
-    for n in out.graph.node:
+    for i, n in enumerate(out.graph.node):
         fn = REWRITES.get(n.op_type) if _default(n.domain) else None
-        new = fn(n, r) if fn is not None else None
+        new = fn(n, r) if fn is not None and _valid(n, i, r.opset) else None
         nodes.extend([n] if new is None else new)
     del out.graph.node[:]
     out.graph.node.extend(nodes)
