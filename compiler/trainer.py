@@ -152,7 +152,7 @@ class Trainer:
         """The number of updates made so far (the next step's counter is this plus 1)."""
         return self._steps
 
-    def step(self, **batch: Any) -> float:
+    def step(self, /, **batch: Any) -> float:
         """One update on one batch; returns the loss (a NaN or infinite loss is returned as it
         is, after the update: the caller decides whether to stop). The batch is checked first
         as ``gradc train`` checks its data (``train_data.check_batch``: labels in the class

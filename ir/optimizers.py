@@ -36,8 +36,10 @@ SCHEDULES = ("warmup_linear", "warmup_cosine")
 
 
 def const(v: float, dtype: DType) -> Value:
-    """A rank-0 constant: ``v`` (a float64 value) rounded once to ``dtype``."""
-    return B.constant(np.array(v, np.float64).astype(dtype.numpy))
+    """A rank-0 constant: ``v`` (a float64 value) rounded once to ``dtype`` (§9.3: a value
+    past the dtype's range rounds to an infinity, e.g. ``max_grad_norm=1e10`` in float16)."""
+    with np.errstate(over="ignore"):
+        return B.constant(np.array(v, np.float64).astype(dtype.numpy))
 
 
 def scalar_step(step: Value) -> Value:

@@ -247,6 +247,22 @@ def test_a_bias_without_scale_reads_a_scale_of_ones():
     assert_bits(node.inputs[1].producer.attrs["value"], np.ones(1, F32))
 
 
+@pytest.mark.parametrize("shape,axes,sshape", [((2, 4), (-1,), (4,)),  # the row path
+                                                ((4, 3), (0,), (4, 1))])  # the general one
+def test_one_value_as_scale_and_bias(shape, axes, sshape):
+    """fuzz/regressions/ir: the C target told scale from bias by identity, so
+    ``mvn(x, s, s)`` multiplied by s twice instead of ``z * s + s``."""
+    g = gradc.Graph("sb")
+    x = g.input("x", "float32", shape)
+    s = g.input("s", "float32", sshape)
+    g.output(ops.mean_variance_normalization(x, s, s, axes=axes), "y")
+    xv = np.arange(np.prod(shape), dtype=F32).reshape(shape) / 4 - 1
+    sv = np.linspace(-1, 2, int(np.prod(s.type.shape)), dtype=F32).reshape(s.type.shape)
+    want = gradc.compile(g, "reference")(x=xv, s=sv)["y"]
+    for t in ("numpy", "c"):
+        assert_bits(gradc.compile(g, t)(x=xv, s=sv)["y"], want)
+
+
 # -- the slow oracle, and the targets on random data -------------------------------------------
 CASES = [  # (shape, axes, scale shape, bias shape)
     ((3, 5), (1,), (5,), (5,)), ((4, 2, 3), (1, 2), (2, 3), (1,)), ((3, 4, 2), (0,), (4, 1),

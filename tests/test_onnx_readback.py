@@ -329,3 +329,20 @@ def test_another_opset_leaves_the_groups_op_by_op():
     assert [n.op for n in gradc.from_onnx(model).nodes] == ["clip"]
     model.opset_import[0].version = 20
     assert "clip" not in [n.op for n in gradc.from_onnx(model).nodes]
+
+
+def test_a_group_whose_lowering_reads_a_converted_constant_keeps_its_operand():
+    """fuzz/regressions/onnx: a float16 ``mul`` by a constant lowers to Cast, Mul and Cast
+    on a float32 copy of the constant, so the constant itself was never written; the group's
+    tag named it, and the raised node then had no operand ("input 'gradc.const.0' is not
+    defined"). The exporter keeps a tagged group's operands."""
+    g = gradc.Graph("h")
+    x = g.input("x", "float16", (3,))
+    with g:
+        y = gradc.ops.mul(x, gradc.ops.constant(np.array(0.01, np.float16)))
+    g.output(y, "y")
+    back = gradc.from_onnx(_without_ir(gradc.to_onnx(g)))
+    assert [n.op for n in back.nodes if n.op != "constant"] == ["mul"]
+    x_ = np.array([1, -2, 65504], np.float16)
+    assert_bits(gradc.compile(back, "reference")(x=x_)["y"],
+                gradc.compile(g, "reference")(x=x_)["y"])

@@ -221,6 +221,23 @@ def test_step_clips_before_the_optimizer(target):
     np.testing.assert_array_equal(-tr.parameters["p2"], CLIP["T-CLIP-2a"][2][1].reshape(1, 1))
 
 
+def test_a_norm_past_float16_rounds_to_inf_without_a_warning():
+    """fuzz/regressions/onnx: max_grad_norm=1e10 with float16 parameters: the constant rounds
+    to inf (§9.3; the coefficient then clamps to 1, no clipping, as PyTorch's float16
+    arithmetic gives) and NumPy's overflow warning no longer escapes from the builder."""
+    import warnings
+
+    g = gradc.Graph("h")
+    x = g.input("x", "float16", (2,))
+    p = g.parameter("p", np.zeros(2, np.float16))
+    g.output(ops.reduce_sum(ops.mul(p, x)), "loss")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tr = gradc.Trainer(g, SGD(1.0), max_grad_norm=1e10, target="numpy")
+        tr.step(x=np.array([3, -4], np.float16))
+    np.testing.assert_array_equal(tr.parameters["p"], np.array([-3, 4], np.float16))
+
+
 # -- T-SCH-1..4: schedules computed in the step graph -----------------------------------------
 
 def schedule_graph(kind: str, warmup: int, total: int, lr: float = 0.5) -> gradc.Graph:

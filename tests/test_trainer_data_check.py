@@ -154,3 +154,16 @@ def test_float16_adam_eps_that_rounds_to_zero_is_refused():
     for _ in range(3):
         assert np.isfinite(tr.step(**b))
     gradc.training_step(g, Adam(eps=0.0), loss="cross_entropy")  # eps 0 asked for: allowed
+
+
+def test_an_input_named_self_is_fed_by_name():
+    """fuzz/regressions/ir: ``Trainer.step(self, **batch)`` could not take a model input
+    named ``self`` (TypeError: multiple values for argument 'self'); ``self`` is
+    positional-only now, as in ``Executable.__call__``."""
+    g = gradc.Graph("s")
+    x = g.input("self", "float32", (2, 3))
+    w = g.parameter("w", np.ones((3, 3), F32))
+    g.output(ops.gemm(x, w), "y")
+    t = gradc.Trainer(g, SGD(0.1), loss="mse", target="numpy")
+    loss = t.step(self=np.ones((2, 3), F32), target=np.zeros((2, 3), F32))
+    assert loss == 9.0 and t.steps == 1

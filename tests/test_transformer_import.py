@@ -379,3 +379,53 @@ def test_bfloat16_tensors_are_refused():
     m2 = make([oh.make_node("Add", ["x", "w"], ["y"])], {"x": (F32, [2])}, {"y": F32})
     m2.graph.initializer.append(w)
     assert "BFLOAT16" in refused(m2)
+
+
+def test_shape_inference_never_sees_an_unvalidated_attribute(tmp_path):
+    """fuzz/regressions/onnx: inlining Attention asked ONNX's shape inference for its inputs'
+    types, on the whole model before any validation; onnx's C++ segfaults on a three-output
+    LayerNormalization whose axis is 2**31. It now infers only the nodes upstream of the
+    value it needs, none of whose integer attributes may exceed 32 bits: the model is
+    refused naming the LayerNormalization, in a process that lives on."""
+    import subprocess
+    import sys
+
+    w = numpy_helper.from_array(np.full((4, 4), 0.25, F32), "w")
+    nodes = [oh.make_node("MatMul", ["x", "w"], ["q"]),
+             oh.make_node("Attention", ["q", "q", "q"], ["a"], q_num_heads=2, kv_num_heads=2),
+             oh.make_node("LayerNormalization", ["a", "s"], ["y", "m", "i"], axis=2 ** 31)]
+    model = oh.make_model(oh.make_graph(
+        nodes, "g", [oh.make_tensor_value_info("x", TP.FLOAT, [1, 3, 4])],
+        [oh.make_tensor_value_info("y", TP.FLOAT, None)],
+        [w, numpy_helper.from_array(np.ones(4, F32), "s")]),
+        opset_imports=[oh.make_opsetid("", 23)])
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    code = ("import gradc, sys\ntry:\n    gradc.from_onnx(sys.argv[1])\n"
+            "except gradc.GradcError as e:\n    print(e)\n")
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "LayerNormalization" in done.stdout and "axis" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("version", [2 ** 62, -1])
+def test_an_opset_beyond_a_c_int_is_refused_not_a_type_error(version):
+    """fuzz/regressions/onnx: the Attention rewrite passed the model's opset to onnx.defs,
+    which takes a C int (TypeError for 2**62); it is clamped as the schema checks clamp it."""
+    m, _ = masked_attention()
+    m.opset_import[0].version = version
+    with pytest.raises(gradc.GradcError):
+        gradc.from_onnx(m)
+
+
+def test_a_rewrite_never_reads_an_attribute_of_the_wrong_type():
+    """fuzz/regressions/onnx: the SplitToSequence rewrite read ``axis`` before any
+    validation (a STRING axis: ValueError from int(b'')); a node without its schema's
+    inputs, outputs and attribute types is left to the importer's schema check."""
+    m = _sequence_model(2)
+    for n in m.graph.node:
+        if n.op_type == "SplitToSequence":
+            n.attribute[0].CopyFrom(oh.make_attribute("axis", b""))
+    with pytest.raises(gradc.VerifyError, match="attribute axis"):
+        gradc.from_onnx(m)

@@ -225,18 +225,19 @@ def emit_mean_variance_normalization(k: Kernel) -> None:
         return
     L = _Layout(k, x, n.attrs["axes"])
     B, cw, a = _Blocks(L), k.code, L.a
-    params = [(p, L.pstrides(p), name) for p, name in ((scale, "sb"), (bias, "bb"))
+    # by role, not by identity: scale and bias may be one value (mvn(x, s, s))
+    params = [(p, L.pstrides(p), name, op) for p, name, op in ((scale, "sb", "*"),
+                                                               (bias, "bb", "+"))
               if p is not None]
 
     def body(w: int, lane0: str) -> None:
         cw.line(f"const int64_t xb = {B.base(L.xs, lane0)};")
-        cw.line(*(f"const int64_t {nm} = {B.base(st, lane0)};" for _, st, nm in params))
+        cw.line(*(f"const int64_t {nm} = {B.base(st, lane0)};" for _, st, nm, _ in params))
         _stats(B, x, w, um, uv, eps)
         xo = f"xb + c * {B.step(L.xs)} + {B.member(L.xs)}"
         with _each(B, w):
             cw.line(*_z(L, x, xo, um, uv), f"{a} v = z;")
-            for p, st, nm in params:
-                op = "*" if p is scale else "+"
+            for p, st, nm, op in params:
                 cw.line(f"v = v {op} {L.load(p, f'{nm} + c * {B.step(st)} + {B.member(st)}')};")
             L.store(y, xo, "v")
 

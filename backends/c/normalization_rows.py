@@ -221,8 +221,9 @@ def rows_forward(k: Kernel, x: Value, y: Value, scale: Value | None, bias: Value
                  axes: Sequence[int], um: bool, uv: bool, eps: float) -> None:
     """§24.1 on the row path: the statistics of ``V`` rows at a time, then the output."""
     R, cw = Rows(k, x, axes), k.code
-    params = [(p, row_param(x, p, axes), "*" if p is scale else "+")
-              for p in (scale, bias) if p is not None]
+    # by role, not by identity: scale and bias may be one value (mvn(x, s, s))
+    params = [(p, row_param(x, p, axes), op)
+              for p, op in ((scale, "*"), (bias, "+")) if p is not None]
 
     def body(w: int, row: str) -> None:
         emit_stats(R, w, row, um, uv, eps)

@@ -23,7 +23,12 @@ from typing import Any, Callable
 import onnx
 from onnx import NodeProto, TypeProto, helper
 
+from gradc.errors import VerifyError
+from gradc.backends.onnx.import_node import OnnxNode
+from gradc.backends.onnx.import_schema import check_node
+
 Rewrite = Callable[[NodeProto, "Rewriter"], "list[NodeProto] | None"]
+INT32 = 1 << 31
 REWRITES: dict[str, Rewrite] = {}
 
 
@@ -45,7 +50,8 @@ class Rewriter:
 
     def __init__(self, model: Any) -> None:
         self.model = model
-        self.opset = next((int(o.version) for o in model.opset_import if _default(o.domain)), 0)
+        version = next((int(o.version) for o in model.opset_import if _default(o.domain)), 0)
+        self.opset = min(max(version, 0), INT32 - 1)  # onnx.defs takes a C int (as signature)
         g = model.graph
         self.taken: set[str] = {v.name for v in g.input} | {t.name for t in g.initializer}
         self.taken |= {o for n in g.node for o in n.output} | {v.name for v in g.value_info}
@@ -57,7 +63,7 @@ class Rewriter:
                     self.readers.setdefault(x, []).append(n)
         self.scratch: dict[str, Any] = {}
         self._types: dict[str, TypeProto] | None = None
-        self._inferred = False
+        self._inferred: set[str] = set()
         self._consts: dict[str, Any] | None = None
 
     def read(self, name: str) -> bool:
@@ -73,13 +79,22 @@ class Rewriter:
         return name
 
     def type_of(self, name: str) -> TypeProto | None:
-        """The value's ONNX type as the model states it (shape inference when it does not)."""
+        """The value's ONNX type as the model states it (shape inference when it does not).
+
+        ONNX's shape inference is C++ that trusts attribute values (onnx 1.23 segfaults on a
+        three-output LayerNormalization whose axis is 2**31), and the model is not validated
+        yet: it runs only on the nodes that compute ``name``, and only when none of them has an
+        integer attribute beyond 32 bits (no valid value of an opset >= 23 node is). Otherwise
+        the type stays unknown, and the node that asked for it is refused naming why.
+        """
         if self._types is None:
             self._types = _stated_types(self.model.graph)
-        if name not in self._types and not self._inferred:
-            self._inferred = True
+        if name not in self._types and name not in self._inferred:
+            self._inferred.add(name)
+            part = _upstream(self.model, name)
             try:
-                inferred = onnx.shape_inference.infer_shapes(self.model).graph
+                inferred = onnx.shape_inference.infer_shapes(part).graph \
+                    if part is not None else None
             except Exception:  # a model onnx cannot infer: the types stay unknown
                 inferred = None
             if inferred is not None:
@@ -106,6 +121,47 @@ class Rewriter:
                                                          [len(value)], list(value))), name
 
 
+def _valid(n: NodeProto, index: int, opset: int) -> bool:
+    """Whether the node has the inputs, outputs and attribute types of its ONNX schema: a
+    rewrite reads them, so a node without them stays for the importer's schema check, which
+    refuses it naming what is wrong (``import_schema``)."""
+    try:
+        check_node(OnnxNode(n, index), opset)
+    except VerifyError:
+        return False
+    return True
+
+
+def _upstream(model: Any, name: str) -> Any:
+    """A copy of the model with only the nodes that ``name`` depends on, and ``name`` as its
+    output; None when one of them has an integer attribute outside 32 bits (see
+    ``Rewriter.type_of``)."""
+    producers = {o: n for n in model.graph.node for o in n.output if o}
+    keep: list[NodeProto] = []
+    seen: set[int] = set()
+    todo = [name]
+    while todo:
+        n = producers.get(todo.pop())
+        if n is None or id(n) in seen:
+            continue
+        seen.add(id(n))
+        keep.append(n)
+        todo.extend(x for x in n.input if x)
+    for n in keep:
+        for a in n.attribute:
+            ints = [a.i] if a.type == onnx.AttributeProto.INT else list(a.ints)
+            if any(not -INT32 <= v < INT32 for v in ints):
+                return None
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    order = {id(n): i for i, n in enumerate(model.graph.node)}
+    del out.graph.node[:]
+    out.graph.node.extend(sorted(keep, key=lambda n: order[id(n)]))
+    del out.graph.output[:]
+    out.graph.output.add().name = name
+    return out
+
+
 def _stated_types(graph: Any) -> dict[str, TypeProto]:
     out: dict[str, TypeProto] = {}
     for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
@@ -124,9 +180,9 @@ def prepare(model: Any) -> Any:
     out.CopyFrom(model)
     r = Rewriter(out)
     nodes: list[NodeProto] = []
-    for n in out.graph.node:
+    for i, n in enumerate(out.graph.node):
         fn = REWRITES.get(n.op_type) if _default(n.domain) else None
-        new = fn(n, r) if fn is not None else None
+        new = fn(n, r) if fn is not None and _valid(n, i, r.opset) else None
         nodes.extend([n] if new is None else new)
     del out.graph.node[:]
     out.graph.node.extend(nodes)

@@ -77,7 +77,7 @@ from gradc.backends.onnx import import_activation  # noqa: F401
 from gradc.backends.onnx import import_normalization  # noqa: F401
 # Transformer imports (SPEC-transformers §28): rewrites before the import, selections, refusals.
 from gradc.backends.onnx import import_attention, import_select, import_sequence  # noqa: F401
-from gradc.backends.onnx.import_rewrite import prepare
+from gradc.backends.onnx.import_rewrite import REWRITES, prepare
 from gradc.backends.onnx.import_select import refusal
 from gradc.backends.onnx.import_training import finish_rng_state
 from gradc.backends.onnx.import_batch_norm import finish_running_statistics
@@ -248,7 +248,7 @@ class _Importer:
         for n in order:
             if isinstance(n, RaisedNode) or n.domain:
                 continue
-            if n.op in CONVERTERS or n.op in FOLDERS:
+            if n.op in CONVERTERS or n.op in FOLDERS or n.op in REWRITES:
                 _with_where(n, lambda: check_node(n, self.opset))
 
     def _first_pass(self, order: list[OnnxNode]) -> set[int]:

@@ -19,6 +19,7 @@ with the sum of the axes' taps rather than their product.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Sequence
 
 import numpy as np
@@ -26,11 +27,12 @@ import numpy as np
 from gradc.backends.onnx.builder import OnnxGraphBuilder, Tensor
 from gradc.errors import UnsupportedError
 from gradc.ir.core import Node
-from gradc.ir.ops.average_pooling import _taps, axis_counts, window_counts
+from gradc.ir.ops.average_pooling import axis_counts, window_counts
 from gradc.ir.ops.pooling import floor_sizes, tap_outputs, window_taps
 from gradc.ir.types import DType, element_count
 
 MAX_TAPS = 4096  # taps (window positions reaching the input) the tap form writes
+WALK_LIMIT = 64 * MAX_TAPS  # candidate taps or output coordinates searched per axis
 COUNT_LIMIT = 1 << 16  # entries of a divisor table (all of it, or one axis of it)
 KEYS = ("window_size", "strides", "start_padding", "end_padding", "dilations")
 NATIVE = frozenset({DType.float32})  # work dtypes of onnxruntime's AveragePool kernel
@@ -95,6 +97,25 @@ def _check_taps(op: str, taps: Sequence[Any]) -> None:
                                f"window taps reaching the input, got {len(taps)}")
 
 
+def _axis_taps(op: str, spatial: Sequence[int], out: Sequence[int],
+               attrs: Any) -> list[list[int]]:
+    """Per spatial axis, the taps that reach the input. The search walks the candidate taps
+    or the output coordinates, whichever are fewer, and stops past ``WALK_LIMIT`` of them: a
+    window of 2**24 taps with 2**40 of padding (a 2**41-wide output) is refused at once
+    instead of walked (each axis may keep at most ``MAX_TAPS`` taps in any form)."""
+    per = []
+    for i in range(len(out)):
+        ks = window_taps(spatial[i], out[i], *(attrs[f][i] for f in (
+            "window_size", "strides", "start_padding", "dilations")), limit=WALK_LIMIT)
+        if ks is None:
+            raise UnsupportedError(f"onnx target: {op}: window_size: expected at most "
+                                   f"{MAX_TAPS} window taps reaching the input on axis {i}, "
+                                   f"got more than {WALK_LIMIT} candidates")
+        _check_taps(op, ks)
+        per.append(ks)
+    return per
+
+
 def lower_average_pooling(gb: OnnxGraphBuilder, node: Node,
                           args: Sequence[Tensor]) -> list[Tensor]:
     """AveragePool where onnxruntime takes the arguments, else the tap form (module doc)."""
@@ -112,10 +133,11 @@ def lower_average_pooling(gb: OnnxGraphBuilder, node: Node,
                   pads=list(attrs["start_padding"]) + list(attrs["end_padding"]),
                   count_include_pad=int(attrs["include_padding"]), ceil_mode=ceil)
         return [gb.cast(y, dtype)]
-    taps = _taps(spatial, out, attrs)
-    if len(taps) > MAX_TAPS:
-        total = _separable(gb, x, spatial, out, attrs)
+    per = _axis_taps("average_pooling", spatial, out, attrs)
+    if element_count([len(ks) for ks in per]) > MAX_TAPS:
+        total = _separable(gb, x, spatial, out, attrs, per)
     else:
+        taps = list(itertools.product(*per))  # row-major, as the reference sums them
         total = _sum(gb, [_gather(gb, x, k, spatial, out, attrs) for k in taps], shape, work)
     y = gb.op("Div", [total, _counts(gb, attrs, spatial, out, work)], work, shape)
     return [gb.cast(y, dtype)]
@@ -132,16 +154,14 @@ def _sum(gb: OnnxGraphBuilder, terms: Sequence[Tensor | None], shape: Sequence[A
 
 
 def _separable(gb: OnnxGraphBuilder, x: Tensor, spatial: Sequence[int], out: Sequence[int],
-               attrs: Any, grad: bool = False) -> Tensor:
-    """The windows' sums one spatial axis at a time (``MAX_TAPS`` taps per axis): per axis, its
-    taps' strided slices added in increasing order; with ``grad``, the placements of ``x``
-    (shaped like the pooled result) at each tap's positions, added in decreasing order."""
+               attrs: Any, per: Sequence[Sequence[int]], grad: bool = False) -> Tensor:
+    """The windows' sums one spatial axis at a time (``per``: each axis's taps, at most
+    ``MAX_TAPS``): per axis, its taps' strided slices added in increasing order; with
+    ``grad``, the placements of ``x`` (shaped like the pooled result) at each tap's positions,
+    added in decreasing order."""
     t = x
     for i in range(len(out)):
-        ks = window_taps(spatial[i], out[i], *(attrs[f][i] for f in (
-            "window_size", "strides", "start_padding", "dilations")))
-        assert ks is not None
-        _check_taps("average_pooling_grad" if grad else "average_pooling", ks)
+        ks = per[i]
         shape = list(t.shape)
         shape[2 + i] = spatial[i] if grad else out[i]
         terms = [_place_axis(gb, t, i, k, spatial[i], out[i], attrs) for k in reversed(ks)] \
@@ -193,10 +213,11 @@ def lower_average_pooling_grad(gb: OnnxGraphBuilder, node: Node,
     out = [int(v) for v in dy.shape[2:]]
     shape = node.outputs[0].type.shape
     q = gb.op("Div", [dy, _counts(gb, attrs, spatial, out, work)], work, dy.shape)
-    taps = _taps(spatial, out, attrs)
-    if len(taps) > MAX_TAPS:
-        total = _separable(gb, q, spatial, out, attrs, grad=True)
+    per = _axis_taps("average_pooling_grad", spatial, out, attrs)
+    if element_count([len(ks) for ks in per]) > MAX_TAPS:
+        total = _separable(gb, q, spatial, out, attrs, per, grad=True)
     else:
+        taps = list(itertools.product(*per))
         total = _sum(gb, [_place(gb, q, k, spatial, out, attrs) for k in reversed(taps)],
                      shape, work)
     return [gb.cast(total, dtype)]

@@ -169,9 +169,13 @@ def _export(graph: Graph) -> onnx.ModelProto:
     groups: list[_Group] = []
     for i, node in enumerate(graph.nodes):
         _lower_node(gb, node, f"gradc.{node.op}.{i}", env, outputs, groups)
-    used = _used_names(gb.nodes) | {v.name for v in graph.outputs}
-    inits = [t for t in gb.initializers if t.name in used]  # folded constants' operands go
-    _tag_groups(gb, groups, inits)
+    tagged = _tagged(gb, groups)
+    # folded constants' operands go; a tagged group's operands stay, so that the importer can
+    # raise the group on them even where its lowering read a converted copy instead
+    used = _used_names(gb.nodes) | {v.name for v in graph.outputs} | {
+        x for _, _, operands, _ in tagged for x in operands}
+    inits = [t for t in gb.initializers if t.name in used]
+    _tag_groups(tagged, gb.nodes, inits)
     g = helper.make_graph(gb.nodes, graph.name, [_value_info(v) for v in graph.inputs],
                           [_value_info(v) for v in graph.outputs], inits,
                           doc_string=f"exported by gradc from graph {graph.name!r}")
@@ -234,23 +238,34 @@ def _lower_node(gb: OnnxGraphBuilder, node: Node, scope: str, env: dict[Value, T
         groups.append(_Group(scope, node, operands, tuple(env[v].name for v in node.outputs)))
 
 
-def _tag_groups(gb: OnnxGraphBuilder, groups: list[_Group], inits: list[Any]) -> None:
-    """Put each group's tag on its first ONNX node (``format``), the node list being final.
+_Tagged = tuple[_Group, list[Any], tuple[str, ...], tuple[str, ...]]
+
+
+def _tagged(gb: OnnxGraphBuilder, groups: list[_Group]) -> list[_Tagged]:
+    """The groups that get a tag, with their member nodes and the final names of their operands
+    and results (the node list being final).
 
     A group with a result that no node of its own writes (a folded constant, an operand passed
     through) gets no tag: it has nothing that an importer would need to raise.
     """
     members = members_by_scope(gb.nodes, [g.scope for g in groups])
-    producers = producers_of(gb.nodes)
-    initializers = {t.name: t for t in inits}
-    texts: dict[Any, str] = {}  # identical nodes (repeated layers) print once
+    out: list[_Tagged] = []
     for g in groups:
         nodes = members.get(g.scope, [])
         operands = tuple(gb.final_name(x) for x in g.operands)
         results = tuple(gb.final_name(x) for x in g.results)
         written = {o for n in nodes for o in n.output}
-        if not nodes or not set(results) <= written:
-            continue
+        if nodes and set(results) <= written:
+            out.append((g, nodes, operands, results))
+    return out
+
+
+def _tag_groups(tagged: list[_Tagged], all_nodes: Any, inits: list[Any]) -> None:
+    """Put each tagged group's tag on its first ONNX node (``format``)."""
+    producers = producers_of(all_nodes)
+    initializers = {t.name: t for t in inits}
+    texts: dict[Any, str] = {}  # identical nodes (repeated layers) print once
+    for g, nodes, operands, results in tagged:
         text = _cached_text(texts, g.node)
         digest = group_digest(g.scope, text, operands, results, nodes, initializers, producers,
                               OPSET)
