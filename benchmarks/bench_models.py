@@ -4,6 +4,7 @@ torch.compile, with GFLOP/s against the machine's peak, memory, and a per-kernel
     python benchmarks/bench_models.py [--models resnet18,mobilenet_v2,squeezenet1_0,unet,mlp,gpt]
         [--batch 8] [--size 64] [--width 1] [--optimizer adamw|adam|sgd] [--steps 3] [--rounds 3]
         [--threads 2] [--compile-warmup 3] [--compile-omp-wait passive|default]
+        [--omp-wait default|passive]
         [--profile-steps 6]
 
     quick run: python benchmarks/bench_models.py --width 8 --size 32 --rounds 1
@@ -24,7 +25,11 @@ model is exported in training mode (``ts_train``), imported by ``gradc.from_onnx
 default backend, inductor; the loss and the optimizer stay eager). torch.compile's process runs
 with OMP_WAIT_POLICY=PASSIVE (``--compile-omp-wait``): its compiled kernels' OpenMP threads and
 PyTorch's own pool otherwise spin against each other on 2 cores (quick MLP step: 180 ms with
-the default policy, 1.5 ms passive; PyTorch eager's step takes 2-6 ms either way). Optimizer:
+the default policy, 1.5 ms passive; PyTorch eager's step takes 2-6 ms either way). On a
+machine loaded by other processes, OpenMP threads that spin at a barrier take the CPU from the
+thread they wait for; ``--omp-wait passive`` runs every peer's process with
+OMP_WAIT_POLICY=PASSIVE (the GPT's 2-thread steps on a machine with 6-8 runnable processes:
+gradc C and PyTorch eager 2.4-4.3 s with the default policy). Optimizer:
 AdamW(lr 1e-3, weight_decay 0.01) by default, or SGD(lr 0.01, momentum 0.9) or Adam(lr 1e-3), on
 every side (PyTorch's optimizers with their defaults: on CPU tensors the per-parameter loop);
 dropout p=0; every step trains on the same batch.
@@ -343,7 +348,7 @@ def run_model(name: str, args: argparse.Namespace, cache: str | None) -> dict[st
         p = Peer(conn=parent, proc=ctx.Process(target=worker,
                                                args=(child, name, key, args, cache)))
         saved = os.environ.get("OMP_WAIT_POLICY")
-        if key == COMPILED and args.compile_omp_wait == "passive":
+        if (key == COMPILED and args.compile_omp_wait == "passive") or args.omp_wait == "passive":
             os.environ["OMP_WAIT_POLICY"] = "PASSIVE"   # read by the child's OpenMP runtimes
         try:
             p.proc.start()
@@ -501,6 +506,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--compile-omp-wait", choices=("passive", "default"), default="passive",
                     help="OMP_WAIT_POLICY of torch.compile's process: passive (default; its "
                     "two OpenMP thread pools spin against each other otherwise) or the default")
+    ap.add_argument("--omp-wait", choices=("default", "passive"), default="default",
+                    help="OMP_WAIT_POLICY of every peer's process: unchanged (default) or "
+                    "passive (threads sleep at once at a barrier: for a loaded machine)")
     ap.add_argument("--profile-steps", type=int, default=6,
                     help="steps of gradc C's profiled run (default 6)")
     ap.set_defaults(models=",".join(MODELS))
@@ -536,13 +544,14 @@ def main(argv: list[str] | None = None) -> None:
            *machine(args.threads),
            f"- peak single precision, {args.threads} threads (bench_gemm.py's register-only "
            f"loop, best of 5): mul+add {peak_ma:.1f} GFLOP/s, FMA {peak_fma:.1f} GFLOP/s",
-           f"- memory bandwidth, {args.threads} threads (STREAM triad, {triad.desc}): "
-           f"{triad.bandwidth(args.threads):.1f} GB/s",
+           f"- memory bandwidth, {args.threads} threads (STREAM triad of stream_triad.c, 3 "
+           f"arrays of 16 Mi floats, best of 5): {triad.bandwidth(args.threads):.1f} GB/s",
            f"- batch {args.batch}, CNN input 3x{args.size}x{args.size} (MLP 3x32x32), width "
            f"divisor {args.width}; optimizer {opt}; dropout p=0",
            f"- timing: one process per peer; warm-up 1 step (torch.compile: "
            f"{args.compile_warmup}; its process with OMP_WAIT_POLICY "
-           f"{'PASSIVE' if args.compile_omp_wait == 'passive' else 'unchanged'}), then "
+           f"{'PASSIVE' if args.compile_omp_wait == 'passive' else 'unchanged'}; every "
+           f"peer's: {'PASSIVE' if args.omp_wait == 'passive' else 'unchanged'}), then "
            f"{args.rounds} interleaved rounds of 1 untimed + "
            f"{args.steps} timed steps per peer (rotating order, one peer at a time); whole "
            f"run {time.perf_counter() - start:.0f} s",
