@@ -64,3 +64,86 @@ def test_identical_layers_share_their_kernel_functions(cache: str) -> None:
     for k in want:
         assert_bits(got[k], want[k])
     assert len(exe.profile()) == c5
+
+
+# (M, N, K) around gc_mm's tile (8 rows x 32 float32 / 16 float64 columns), its chunks of 128
+# rows and 256 columns and its k blocks of 256, with 1s and primes (products of fewer than 32
+# steps, and 2-D products of fewer than 16 rows against more columns, take gemm.py's kernels)
+MM_SHAPES = [(16, 1, 33), (17, 33, 40), (40, 32, 256), (41, 31, 257), (129, 257, 32),
+             (24, 64, 513), (136, 40, 300), (16, 300, 45)]
+
+
+def _products(dtype: type, seed: int) -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+    """Plain products (alpha 1, no c) of every flag pair and batch form: none, b shared (a
+    linear layer: one product of batch * M rows), a shared, both batched, and a batch of 2 x 3
+    where each operand broadcasts on one axis; -0 products, an infinity and a NaN among them."""
+    r = np.random.default_rng(seed)
+    g = gradc.Graph("products")
+    feeds = {}
+    forms = [([], []), ([3], [1]), ([1], [2]), ([2], [2]), ([2, 1], [1, 3])]
+    for i, (m, n, k) in enumerate(MM_SHAPES):
+        for j, (ab, bb) in enumerate(forms):
+            ta, tb = bool((i + j) & 1), bool((i + j) & 2)
+            a = r.standard_normal(ab + ([k, m] if ta else [m, k])).astype(dtype)
+            b = r.standard_normal(bb + ([n, k] if tb else [k, n])).astype(dtype)
+            if (i + j) % 5 == 1:
+                a.flat[: a.size // 3] = -0.0
+            if (i + j) % 7 == 2:
+                a.flat[-1], b.flat[0] = np.inf, np.nan
+            name = f"{i}_{j}"
+            av, bv = g.input("a" + name, a.dtype.name, a.shape), g.input("b" + name, b.dtype.name,
+                                                                         b.shape)
+            feeds["a" + name], feeds["b" + name] = a, b
+            g.output(ops.gemm(av, bv, trans_a=ta, trans_b=tb), "y" + name)
+    return g, feeds
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_packed_products_equal_the_reference(dtype: type, cache: str) -> None:
+    """gc_mm (mm.h) keeps gemm's canonical order: bit for bit (NaN payloads aside)."""
+    g, feeds = _products(dtype, 0)
+    kernels = generate(g).source.split("\nstatic int k")[1:]
+    assert kernels and all("gc_mm_f" in f for f in kernels)  # every product takes it
+    got = gradc.compile(g, "c", passes=None, cache_dir=cache, threads=2)(**feeds)
+    want = gradc.compile(g, "reference", passes=None)(**feeds)
+    for k in want:
+        assert_bits(got[k], want[k], nan_payload=False)
+
+
+def _weight_gradients(dtype: type) -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+    """reduce_sum(gemm(a, dy), batch axes) of every flag pair, batches of 1 to 3 axes, k
+    segments around the tile and block sizes; -0 sums, an infinity and a NaN among them."""
+    r = np.random.default_rng(1)
+    g = gradc.Graph("weight_gradients")
+    feeds = {}
+    cases = [([4], 9, 33, 37), ([2, 3], 17, 40, 128), ([3], 8, 32, 257), ([1], 12, 5, 32),
+             ([2, 1, 2], 33, 65, 300)]
+    for i, (batch, m, n, k) in enumerate(cases):
+        ta, tb = bool(i & 1), bool(i & 2)
+        a = r.standard_normal(batch + ([k, m] if ta else [m, k])).astype(dtype)
+        b = r.standard_normal(batch + ([n, k] if tb else [k, n])).astype(dtype)
+        if i == 1:
+            a[0] = -0.0  # a whole batch of -0 products: its sum is +0
+        if i == 2:
+            a.flat[0], b.flat[-1] = np.inf, np.nan
+        av, bv = g.input(f"a{i}", a.dtype.name, a.shape), g.input(f"b{i}", b.dtype.name, b.shape)
+        feeds[f"a{i}"], feeds[f"b{i}"] = a, b
+        with g:
+            p = ops.gemm(av, bv, trans_a=ta, trans_b=tb)
+            s = ops.reduce_sum(p, tuple(range(len(batch))), keepdims=i % 2 == 0)
+        g.output(s, f"dw{i}")
+    return g, feeds
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_batched_product_summed_over_its_batch_is_one_kernel(dtype: type, cache: str) -> None:
+    """The C target fuses reduce_sum(gemm, batch axes) (groups.product_sums): one kernel per
+    pair, no batched intermediate, and reduce_sum's order of the per-batch sums, bit for bit."""
+    g, feeds = _weight_gradients(dtype)
+    prog = generate(g)
+    assert sum("gemm_reduce" in label for label in prog.kernels) == len(g.outputs)
+    assert not any(label.startswith(("gemm ", "reduce_sum")) for label in prog.kernels)
+    got = gradc.compile(g, "c", passes=None, cache_dir=cache, threads=2)(**feeds)
+    want = gradc.compile(g, "reference", passes=None)(**feeds)
+    for k in want:
+        assert_bits(got[k], want[k], nan_payload=False)
