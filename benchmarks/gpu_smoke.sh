@@ -33,6 +33,14 @@ need = ["numpy", "onnx", "onnxruntime", "networkx", "tqdm", "cuda.bindings", "gr
 tests = ["pytest", "hypothesis"]
 missing = [m for m in need + tests if importlib.util.find_spec(m) is None]
 print("missing modules:", ", ".join(missing) or "none")
+import importlib.metadata as md
+versions = []
+for dist in ("numpy", "onnx", "onnxruntime", "onnxruntime-gpu", "torch", "cuda-bindings"):
+    try:
+        versions.append(f"{dist} {md.version(dist)}")
+    except md.PackageNotFoundError:
+        pass
+print("versions:", ", ".join(versions))
 sys.exit(1 if set(missing) & set(need) else 0)
 PY
 HAVE_PYTEST=$($PY -c "import pytest, hypothesis" 2>/dev/null && echo 1 || echo 0)
@@ -44,10 +52,14 @@ echo "== 3. target-parametrized tests with cuda among the targets"
 if [ "$HAVE_PYTEST" = 1 ]; then
   GRADC_TEST_CUDA=only $PY -m pytest -q -p no:cacheprovider \
     tests/test_cuda_kernels.py tests/test_cuda_runtime.py tests/test_cuda_nvrtc.py \
-    tests/test_cuda_golden.py tests/test_elementwise_math.py tests/test_elementwise_math_c.py \
+    tests/test_cuda_golden.py tests/test_cuda_nan.py tests/test_onnx_where_types.py \
+    tests/test_cuda_training.py tests/test_batch_norm.py tests/test_batch_norm_grad.py \
+    tests/test_average_pooling.py tests/test_adam.py tests/test_dropout.py tests/test_rng.py \
+    tests/test_elementwise_math.py tests/test_elementwise_math_c.py \
     tests/test_elementwise_math_grad.py tests/test_reduce.py tests/test_softmax.py \
     tests/test_movement.py tests/test_optimizers.py tests/test_losses.py \
-    tests/test_injection.py || status=1
+    tests/test_injection.py tests/test_cuda_products.py tests/test_cuda_transformers.py \
+    tests/test_gather.py tests/test_normalization.py tests/test_gelu.py || status=1
 else
   echo "pytest or hypothesis missing: the tests are skipped (steps 2 and 4 still run)"; status=1
 fi

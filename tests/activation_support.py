@@ -65,12 +65,13 @@ def assert_targets(outs: dict[str, dict[str, np.ndarray]], key: str, want: np.nd
                    x: np.ndarray | None = None, dy: np.ndarray | None = None,
                    exact: np.ndarray | None = None, tolerant: bool = True) -> None:
     """The reference gives ``want``'s bits (an arithmetic NaN may have any payload); numpy the
-    reference's bits; c and onnx within §25.4 of ``want`` (``tolerant``) or its bits, and every
-    target the exact bits at the positions of ``exact`` (the spec's dyadic values)."""
+    reference's bits; c, onnx and the cuda modes within §25.4 of ``want`` (``tolerant``) or its
+    bits, and every target the exact bits at the positions of ``exact`` (the spec's dyadic
+    values)."""
     want = np.asarray(want)
     assert_bits(outs["reference"][key], want, nan_payload=False)
     assert_bits(outs["numpy"][key], outs["reference"][key], nan_payload=False)
-    for t in ("c", "onnx"):
+    for t in ("c", "onnx") + tuple(t for t in outs if t.startswith("cuda")):
         got = outs[t][key]
         if tolerant:
             assert_25_4(got, want, x, dy, what=f"{t} {key}")

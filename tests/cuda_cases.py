@@ -219,6 +219,265 @@ def reductions(dtype: str) -> Case:
     return make
 
 
+def batch_norms(dtype: str, shape: tuple[int, ...], pshape: tuple[int, ...]) -> Case:
+    """The four batch-normalization ops (§12) on one input: the statistics' sums span several
+    staged chunks when a group has more members than ``batch_norm.CHUNK``."""
+    def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+        rng = np.random.default_rng(RNG_SEED)
+
+        def fn(x, dy, s, b, m, v):
+            y, mean, var = ops.batch_normalization_training(x, s, b, 1e-3)
+            dx, ds, db = ops.batch_normalization_training_grad(x, dy, mean, var, s, 1e-3)
+            gx, gs, gb = ops.batch_normalization_grad(x, dy, m, v, s, 0.5)
+            return {"y": y, "mean": mean, "var": var, "dx": dx, "ds": ds, "db": db,
+                    "gx": gx, "gs": gs, "gb": gb, "yi": ops.batch_normalization(x, m, v, s, b)}
+        inputs = {"x": (dtype, shape), "dy": (dtype, shape), "s": (dtype, pshape),
+                  "b": (dtype, pshape), "m": (dtype, pshape), "v": (dtype, pshape)}
+        feeds = {k: rng.standard_normal(sh).astype(dtype) for k, (_, sh) in inputs.items()}
+        feeds["x"] = (feeds["x"] * 3 + 1).astype(dtype)  # a mean far from 0
+        feeds["v"] = np.abs(feeds["v"]).astype(dtype)
+        return _graph(f"bn_{dtype}", inputs, fn), feeds
+    return make
+
+
+def average_pools(dtype: str, nd: int) -> Case:
+    """average_pooling (padding counted or not, dilation, a ceil-mode size) and its gradient."""
+    def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+        rng = np.random.default_rng(RNG_SEED)
+        shape = (2, 3) + (7, 6, 5)[:nd]
+        kw = dict(window_size=(3, 2, 2)[:nd], strides=(2, 1, 2)[:nd],
+                  start_padding=(1, 0, 1)[:nd], end_padding=(1, 1, 0)[:nd])
+        dil = dict(window_size=(2, 2, 2)[:nd], strides=(1, 2, 1)[:nd],
+                   dilations=(2, 1, 2)[:nd])
+        probe = _graph("p", {"x": (dtype, shape)},
+                       lambda x: {"y": ops.average_pooling(x, **kw)})
+        out = tuple(int(d) for d in probe.outputs[0].type.shape)
+        ceil = tuple(d + 1 for d in out[2:])
+
+        def fn(x, dy, dc):
+            return {"y": ops.average_pooling(x, **kw),
+                    "yp": ops.average_pooling(x, **kw, include_padding=True),
+                    "yd": ops.average_pooling(x, **dil),
+                    "yc": ops.average_pooling(x, **kw, include_padding=True, output_sizes=ceil),
+                    "dx": ops.average_pooling_grad(dy, shape, **kw),
+                    "dxp": ops.average_pooling_grad(dy, shape, **kw, include_padding=True),
+                    "dxc": ops.average_pooling_grad(dc, shape, **kw, include_padding=True)}
+        inputs = {"x": (dtype, shape), "dy": (dtype, out), "dc": (dtype, out[:2] + ceil)}
+        return _graph(f"ap_{dtype}_{nd}", inputs, fn), {
+            "x": _special(rng, dtype, shape), "dy": _special(rng, dtype, out),
+            "dc": _special(rng, dtype, out[:2] + ceil)}
+    return make
+
+
+def adam(dtype: str) -> Case:
+    """adam_optimizer with each step dtype, at steps where the bias correction matters."""
+    def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+        rng = np.random.default_rng(RNG_SEED)
+        shape = (5, 7)
+
+        def fn(x, m, v, g, t32, t64, tu):
+            out = {}
+            for name, t, (b1, b2) in (("a", t32, (0.9, 0.999)), ("b", t64, (0.5, 0.75)),
+                                      ("c", tu, (0.8, 0.99))):
+                r = ops.adam_optimizer(x, m, v, g, t, 0.01, b1, b2, 1e-3)
+                out |= {f"{name}x": r[0], f"{name}m": r[1], f"{name}v": r[2]}
+            return out
+        inputs = {"x": (dtype, shape), "m": (dtype, shape), "v": (dtype, shape),
+                  "g": (dtype, shape), "t32": ("int32", (1,)), "t64": ("int64", (1, 1)),
+                  "tu": ("uint32", ())}
+        feeds = {k: rng.standard_normal(shape).astype(dtype) for k in "xmgv"}
+        feeds["v"] = np.abs(feeds["v"]).astype(dtype)
+        feeds |= {"t32": np.array([7], np.int32), "t64": np.array([[1]], np.int64),
+                  "tu": np.array(1000, np.uint32)}
+        return _graph(f"adam_{dtype}", inputs, fn), feeds
+    return make
+
+
+def philox() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+    """random_generator: a count that is no multiple of 4, a counter that carries from its low
+    64 bits into its high ones, and one that wraps past 2**128."""
+    g = _graph("rng", {"s": ("uint32", (6,)), "w": ("uint32", (6,))},
+               lambda s, w: dict(zip(("y", "ys"), ops.random_generator(s, (3, 5, 7))))
+               | dict(zip(("z", "zs"), ops.random_generator(w, (2, 1)))))
+    carry = np.array([0xFFFFFFF0, 0xFFFFFFFF, 7, 0, 0x12345678, 0x9ABCDEF0], np.uint32)
+    wrap = np.array([0xFFFFFFFF] * 4 + [1, 2], np.uint32)
+    return g, {"s": carry, "w": wrap}
+
+
+def gemms(dtype: str) -> Case:
+    """gemm: broadcast batch axes with alpha and a broadcast c; both transposes; beta 0 (c not
+    read: its NaN does not reach the result); a matrix-vector product (the direct kernel); M, N
+    and K prime, so every edge of the tiles is partial; NaN, infinities and -0.0 in the data."""
+    def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+        rng = np.random.default_rng(RNG_SEED)
+        shapes = {"a": (2, 1, 37, 11), "b": (1, 3, 11, 29), "c": (2, 1, 1, 29),
+                  "at": (13, 19), "bt": (23, 13), "ct": (19, 23), "v": (13, 1)}
+
+        def fn(a, b, c, at, bt, ct, v):
+            return {"mm0": ops.gemm(a, b, c, alpha=0.5, beta=2.0),
+                    "mm1": ops.gemm(at, bt, ct, trans_a=True, trans_b=True, beta=-1.5),
+                    "mm2": ops.gemm(at, bt, ct, trans_a=True, trans_b=True, alpha=3.0, beta=0.0),
+                    "mm3": ops.gemm(bt, v, None)}
+        g = _graph(f"gemm_{dtype}", {k: (dtype, s) for k, s in shapes.items()}, fn)
+        feeds = {k: _special(rng, dtype, s) for k, s in shapes.items()}
+        return g, feeds
+    return make
+
+
+def normalization(dtype: str) -> Case:
+    """mean_variance_normalization and its gradient (SPEC-transformers §24): layer norm over
+    the last axis (300 groups: a partial last block), axes not last with a scale of lower rank,
+    RMS norm, without variance, without both, without scale and bias; one group holds NaN,
+    infinities and -0.0."""
+    def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+        rng = np.random.default_rng(RNG_SEED)
+
+        def fn(x, dx3, s, b, w, q, dq, v, u):
+            mvn, grad = ops.mean_variance_normalization, ops.mean_variance_normalization_grad
+            r = {"mvn_ln": mvn(x, s, b), "mvn_axes": mvn(q, w, None, axes=(0, 2)),
+                 "mvn_rms": mvn(q, v, v, axes=(2,), use_mean=False, epsilon=0.5),
+                 "mvn_mean": mvn(q, None, None, axes=(1, 2), use_variance=False),
+                 "mvn_none": mvn(q, w, None, axes=(0,), use_mean=False, use_variance=False)}
+            for key, (a, d, sc, kw) in {
+                    "ln": (x, dx3, s, {}), "axes": (q, dq, w, {"axes": (0, 2)}),
+                    "rms": (q, dq, v, {"use_mean": False}),
+                    "mean": (q, dq, u, {"axes": (1, 2), "use_variance": False}),
+                    "none": (q, dq, w, {"axes": (1,), "use_mean": False,
+                                        "use_variance": False})}.items():
+                for name, val in zip(("dx", "ds", "db"), grad(a, d, sc, **kw)):
+                    r[f"mvn_{name}_{key}"] = val
+            return r
+        shapes = {"x": (300, 3), "dx3": (300, 3), "s": (3,), "b": (3,), "w": (4, 1),
+                  "q": (3, 4, 5), "dq": (3, 4, 5), "v": (5,), "u": (1,)}
+        g = _graph(f"mvn_{dtype}", {k: (dtype, sh) for k, sh in shapes.items()}, fn)
+        feeds = {k: (rng.standard_normal(sh) * 3 + 1).astype(dtype) for k, sh in shapes.items()}
+        feeds["x"][7] = np.array([np.nan, 1, 2], dtype)
+        feeds["x"][8] = np.array([np.inf, -np.inf, 0], dtype)
+        feeds["x"][9] = np.array([-0.0, -0.0, -0.0], dtype)
+        feeds["q"][1, 2, 3] = -0.0
+        return g, feeds
+    return make
+
+
+def convolutions(dtype: str) -> Case:
+    """convolution in both directions and convolution_filter_grad: asymmetric padding, strides,
+    dilations, groups, the mirrored filter (mode="convolution"), a bias, output_padding, a
+    depthwise layer (the direct kernel), a 1x1 layer without padding (no skipped term); NaN
+    and infinities in the filters (the masked path: a product with padding is skipped, never
+    0 * inf)."""
+    def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+        rng = np.random.default_rng(RNG_SEED)
+        shapes = {"x": (2, 4, 7, 6), "w": (6, 2, 3, 2), "b": (1, 6, 1, 1),
+                  "wt": (4, 3, 3, 3), "wd": (4, 1, 3, 3), "w1": (5, 4, 1, 1)}
+        fwd = dict(strides=(2, 1), dilations=(1, 2), start_padding=(2, 1), end_padding=(0, 1),
+                   group_count=2, mode="convolution")
+        bwd = dict(direction="backward", strides=(2, 3), start_padding=(1, 0),
+                   end_padding=(0, 1), output_padding=(1, 2))
+        dep = dict(start_padding=(1, 1), end_padding=(1, 1), group_count=4)
+
+        def fn(x, w, b, wt, wd, w1, dy, dyt, dyd):
+            return {"cv0": ops.convolution(x, w, b, **fwd),
+                    "cv1": ops.convolution(x, wt, None, **bwd),
+                    "cv2": ops.convolution(x, wd, None, **dep),
+                    "cv3": ops.convolution(x, w1, None),
+                    "fg0": ops.convolution_filter_grad(x, dy, (6, 2, 3, 2), **fwd),
+                    "fg1": ops.convolution_filter_grad(x, dyt, (4, 3, 3, 3), **bwd),
+                    "fg2": ops.convolution_filter_grad(x, dyd, (4, 1, 3, 3), **dep)}
+        probe = _graph("p", {k: (dtype, s) for k, s in shapes.items()},
+                       lambda x, w, b, wt, wd, w1: {
+                           "a": ops.convolution(x, w, b, **fwd),
+                           "t": ops.convolution(x, wt, None, **bwd),
+                           "d": ops.convolution(x, wd, None, **dep)})
+        for k, v in zip(("dy", "dyt", "dyd"), probe.outputs):
+            shapes[k] = tuple(int(d) for d in v.type.shape)
+        g = _graph(f"conv_{dtype}", {k: (dtype, s) for k, s in shapes.items()}, fn)
+        return g, {k: _special(rng, dtype, s) for k, s in shapes.items()}
+    return make
+
+
+def convolutions_nd(nd: int) -> Case:
+    """1-d and 3-d convolutions (float32), forward with padding, backward with dilation, and
+    their filter gradients."""
+    def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+        rng = np.random.default_rng(RNG_SEED)
+        sp = (5, 4, 3)[:nd] if nd == 3 else (9,)
+        x_s, w_s = (2, 3) + sp, (4, 3) + (2,) * nd
+        one = (1,) * nd
+        fwd = dict(start_padding=one, end_padding=(0,) * nd, strides=(2,) * nd)
+        bwd = dict(direction="backward", dilations=(2,) * nd, start_padding=one,
+                   end_padding=one)
+        probe = _graph("p", {"x": ("float32", x_s), "w": ("float32", w_s),
+                             "wt": ("float32", (3, 4) + (2,) * nd)},
+                       lambda x, w, wt: {"a": ops.convolution(x, w, **fwd),
+                                         "t": ops.convolution(x, wt, **bwd)})
+        dy_s, dyt_s = (tuple(int(d) for d in v.type.shape) for v in probe.outputs)
+
+        def fn(x, w, wt, dy, dyt):
+            return {"cv0": ops.convolution(x, w, **fwd), "cv1": ops.convolution(x, wt, **bwd),
+                    "fg0": ops.convolution_filter_grad(x, dy, w_s, **fwd),
+                    "fg1": ops.convolution_filter_grad(x, dyt, (3, 4) + (2,) * nd, **bwd)}
+        shapes = {"x": x_s, "w": w_s, "wt": (3, 4) + (2,) * nd, "dy": dy_s, "dyt": dyt_s}
+        g = _graph(f"conv{nd}d", {k: ("float32", s) for k, s in shapes.items()}, fn)
+        return g, {k: _special(rng, "float32", s) for k, s in shapes.items()}
+    return make
+
+
+def gathers(dtype: str, index: str) -> Case:
+    """gather (every dtype: bit patterns copied) along a middle axis with negative, repeated
+    and rank-0 indices; for floats gather_grad in order of occurrence -- a few indices (each
+    output thread scans them) and 300 (sorted first: runs and a merge level) with repeats."""
+    def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+        rng = np.random.default_rng(RNG_SEED)
+        x = _special(rng, dtype, (2, 5, 3)) if dtype in FLOATS else \
+            rng.integers(0, 2, (2, 5, 3)).astype(dtype) if dtype == "bool" else \
+            _ints(rng, dtype, (2, 5, 3))
+        inputs = {"x": (dtype, (2, 5, 3)), "i": (index, (2, 3)), "i0": (index, ()),
+                  "big": (index, (20, 15))}
+        feeds = {"x": x, "i": np.array([[4, -1, 0], [-5, 2, 4]], index),
+                 "i0": np.array(-2, index), "big": rng.integers(-7, 7, (20, 15)).astype(index)}
+
+        def fn(x, i, i0, big, **d):
+            r = {"ga": ops.gather(x, i, axis=1), "ga0": ops.gather(x, i0, axis=2),
+                 "ga_last": ops.gather(x, i0, axis=0)}
+            if dtype in FLOATS:
+                r |= {"gg": ops.gather_grad(d["dy"], i, (2, 5, 3), axis=1),
+                      "gg0": ops.gather_grad(d["dy0"], i0, (2, 5, 3), axis=2),
+                      "gg_big": ops.gather_grad(d["dbig"], big, (7, 2), axis=0)}
+            return r
+        if dtype in FLOATS:
+            inputs |= {"dy": (dtype, (2, 2, 3, 3)), "dy0": (dtype, (2, 5)),
+                       "dbig": (dtype, (20, 15, 2))}
+            feeds |= {"dy": _special(rng, dtype, (2, 2, 3, 3)),
+                      "dy0": _special(rng, dtype, (2, 5)),
+                      "dbig": (rng.standard_normal((20, 15, 2)) * 100).astype(dtype)}
+            feeds["dbig"][3, 4] = [-0.0, -0.0]
+        return _graph(f"ga_{dtype}_{index}", inputs, fn), feeds
+    return make
+
+
+def activations(dtype: str) -> Case:
+    """gelu (both forms) and gelu_grad, erf, sin, cos, is_nan (SPEC-transformers §25) on
+    special values: +-inf, NaN, -0.0, huge and tiny magnitudes."""
+    def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+        rng = np.random.default_rng(RNG_SEED)
+        special = [np.inf, -np.inf, np.nan, -0.0, 0.0, 1e-30, -1e-30, 3e38, -3e38, 1e20, -1e20,
+                   -6.5, -3.0, -1.0, -0.5, 0.5, 1.0, 3.0, 7.0, 65504.0, -65504.0]
+        with np.errstate(over="ignore"):
+            x = np.concatenate([np.array(special, np.float64).astype(dtype),
+                                (rng.standard_normal(43) * 4).astype(dtype)])
+        dy = rng.standard_normal(x.size).astype(dtype)
+        dy[:4] = np.array([1, -0.0, 2, np.inf], dtype)
+
+        def fn(x, dy):
+            return {"gelu": ops.gelu(x), "gelu_t": ops.gelu(x, "tanh"),
+                    "gelu_grad": ops.gelu_grad(x, dy), "gelu_grad_t": ops.gelu_grad(x, dy, "tanh"),
+                    "erf": ops.erf(x), "sin": ops.sin(x), "cos": ops.cos(x),
+                    "isnan": ops.is_nan(x)}
+        g = _graph(f"act_{dtype}", {"x": (dtype, (x.size,)), "dy": (dtype, (x.size,))}, fn)
+        return g, {"x": x, "dy": dy}
+    return make
+
+
 def tiny_cnn() -> gradc.Graph:
     """A model whose training step uses only ops of the cuda target (no gemm): a per-channel
     scale and bias, relu, max pooling, a mean, class scores by broadcasting, cross entropy."""
@@ -244,6 +503,10 @@ for _d in FLOATS:
     CASES[f"resample_linear_{_d}"] = resampling(_d, "linear", (1, 1, 2.0, 1.5))
     CASES[f"resample_nearest_{_d}"] = resampling(_d, "nearest", (1, 1, 0.5, 2.5))
     CASES[f"reductions_{_d}"] = reductions(_d)
+    CASES[f"gemm_{_d}"] = gemms(_d)
+    CASES[f"convolution_{_d}"] = convolutions(_d)
+CASES["convolution_1d_float32"] = convolutions_nd(1)
+CASES["convolution_3d_float32"] = convolutions_nd(3)
 for _d in ("int8", "uint16", "int32", "uint64", "int64"):
     CASES[f"integers_{_d}"] = integer_chain(_d)
 CASES["movements_int8"] = movements("int8")
@@ -256,12 +519,50 @@ CASES["pool2d_int16"] = pooling("int16", (2, 2), (2, 1), (0, 1))
 CASES["resample_linear_uint8"] = resampling("uint8", "linear", (1, 1, 1.5, 0.75))
 CASES["resample_nearest_int8"] = resampling("int8", "nearest", (1, 1, 2.0, 2.0))
 CASES["resample_rank1_float32"] = resampling("float32", "linear", (1.75,))
+for _d in FLOATS:
+    CASES[f"normalization_{_d}"] = normalization(_d)
+    CASES[f"activations_{_d}"] = activations(_d)
+    CASES[f"gathers_{_d}_int64"] = gathers(_d, "int64")
+CASES["gathers_float32_int32"] = gathers("float32", "int32")
+CASES["gathers_int8_int32"] = gathers("int8", "int32")
+CASES["gathers_uint64_int64"] = gathers("uint64", "int64")
+CASES["gathers_bool_int64"] = gathers("bool", "int64")
 CASES["reductions_int32"] = reductions("int32")
 CASES["reductions_uint8"] = reductions("uint8")
+for _d in FLOATS:
+    CASES[f"batch_norm_{_d}"] = batch_norms(_d, (3, 4, 5, 6), (1, 4, 1, 1))
+    CASES[f"average_pool2d_{_d}"] = average_pools(_d, 2)
+    CASES[f"adam_{_d}"] = adam(_d)
+CASES["batch_norm_chunks_float32"] = batch_norms("float32", (2, 3, 40, 30), (1, 3, 1, 1))
+CASES["batch_norm_kept_axes_float32"] = batch_norms("float32", (3, 4, 5, 2), (1, 4, 1, 2))
+CASES["average_pool3d_float32"] = average_pools("float32", 3)
+CASES["philox"] = philox
 
 # Outputs computed by a sum of NaN-producing terms: a NaN must match a NaN, its payload is not
 # specified (SPEC.md §1.6).
-SUMMED = {"dx", "alone", "s02", "s1", "sall", "mean", "y", "yc"}
+SUMMED = {"dx", "alone", "s02", "s1", "sall", "mean", "y", "yc", "mm0", "mm1", "mm2", "mm3",
+          "cv0", "cv1", "cv2", "cv3", "fg0", "fg1", "fg2", "gg", "gg0", "gg_big",
+          "var", "ds", "db", "gx", "gs", "gb", "yi", "yp", "yd", "dxp", "dxc"} | {
+    f"mvn_{o}{k}" for o in ("", "dx_", "ds_", "db_") for k in ("ln", "axes", "rms", "mean",
+                                                              "none")}
 # Outputs of transcendental functions: within SPEC-training §9.5's ulps of the reference (libm's
-# and the GPU's double exp/log may differ from NumPy's by an ulp before rounding to the dtype).
-TRANSCENDENTAL = {"sm", "lsm"}
+# and the GPU's double exp/log may differ from NumPy's by an ulp before rounding to the dtype);
+# adam_optimizer's parameters too: its bias correction's powers are the correctly rounded ones on
+# the cuda target, the reference's NumPy power is not always (tests/test_cuda_training.py).
+TRANSCENDENTAL = {"sm", "lsm", "erf", "sin", "cos", "ax", "bx", "cx"}
+# gelu and gelu_grad: SPEC-transformers §25.4's ulps plus an absolute term in the input ``x``
+# (times ``|dy|`` for the gradient): output -> the feeds holding x and dy.
+GELU = {"gelu": ("x", None), "gelu_t": ("x", None), "gelu_grad": ("x", "dy"),
+        "gelu_grad_t": ("x", "dy")}
+
+
+def gelu_bound(want: np.ndarray, x: np.ndarray, dy: np.ndarray | None) -> np.ndarray:
+    """§25.4's allowed error of gelu (or, with ``dy``, gelu_grad) per element, as float64."""
+    k = 1 if want.dtype == np.float16 else 4
+    eps = 2.0 ** -52 if want.dtype == np.float64 else 2.0 ** -23
+    with np.errstate(over="ignore", invalid="ignore"):
+        tol = k * np.spacing(np.abs(want)).astype(np.float64)
+        term = 4 * eps * (1 + np.abs(x.astype(np.float64)))
+        if dy is not None:
+            term = term * np.abs(dy.astype(np.float64))
+    return tol + term

@@ -19,9 +19,9 @@ import pytest
 import gradc
 from gradc import ops
 from gradc.check import finite_differences
-from helpers import assert_bits, assert_c_compiles_cleanly
+from helpers import assert_bits, assert_c_compiles_cleanly, compile_for, cuda_targets
 
-TARGETS = ("reference", "numpy", "c", "onnx")
+TARGETS = ("reference", "numpy", "c", "onnx") + cuda_targets()
 F16, F32, F64 = np.float16, np.float32, np.float64
 
 
@@ -34,7 +34,7 @@ def _graph(x, batch=None, **f):
 
 def _run(target, x, dy, **f):
     t = gradc.grad(_graph(x, **f))
-    out = gradc.compile(t, target=target, passes=None)(x=x, grad_y=dy)
+    out = compile_for(t, target, passes=None)(x=x, grad_y=dy)
     return out["y"], out["grad_x"]
 
 
@@ -325,8 +325,8 @@ def test_window_lying_wholly_in_padding_gives_zero_everywhere():
     f = dict(window_size=(1, 1), strides=(3, 3), start_padding=(1, 1), end_padding=(3, 3))
     for target in TARGETS:
         for include in (False, True):
-            y = gradc.compile(_graph(x, **f, include_padding=include), target=target,
-                              passes=None)(x=x)["y"]
+            y = compile_for(_graph(x, **f, include_padding=include), target,
+                            passes=None)(x=x)["y"]
             assert_bits(y[0, 0, 0, 0], F32(0))
 
 

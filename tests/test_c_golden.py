@@ -3,7 +3,8 @@
 Each graph is optimized with the default passes and lowered to C (no C compiler is needed);
 the source must equal ``tests/golden/c/<case>.c``, and a mismatch prints a unified diff. The
 files hold the program with the prelude replaced by one marker line (``PRELUDE_MARK``): every
-program copies ``prelude.h`` verbatim, which ``test_prelude_is_the_packaged_header`` checks.
+program copies ``prelude.h`` and ``transcend.h`` verbatim, which
+``test_prelude_is_the_packaged_header`` checks.
 ``GRADC_UPDATE_GOLDEN=1`` rewrites the files (the switch of the NumPy golden test). The files
 guard refactors of the emitters: a change that should not touch the generated C shows here.
 """
@@ -106,6 +107,16 @@ def cast_float16_epilogue() -> gradc.Graph:
     return g
 
 
+def softmax_rows() -> gradc.Graph:
+    """Softmax over the last axis (rows kernel: lane maximum, vectorized exp, the rows' sums
+    advanced together) and log_softmax over a leading one (the general loop)."""
+    g = gradc.Graph("softmax_rows")
+    x = g.input("x", "float32", ("N", 37))
+    g.output(ops.softmax(x, (1,)), "y")
+    g.output(ops.log_softmax(x, (0,)), "z")
+    return g
+
+
 CASES: dict[str, Callable[[], gradc.Graph]] = {
     "elementwise": elementwise,
     "elementwise_broadcast": elementwise_broadcast,
@@ -116,6 +127,7 @@ CASES: dict[str, Callable[[], gradc.Graph]] = {
     "resample_linear": lambda: _resample("linear"),
     "slice_grad": slice_grad,
     "cast_float16_epilogue": cast_float16_epilogue,
+    "softmax_rows": softmax_rows,
 }
 # the fused group each case must lower to: (kind, with a prologue and an epilogue)
 FUSED = {"elementwise": "elementwise", "elementwise_broadcast": "elementwise",

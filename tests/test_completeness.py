@@ -45,23 +45,6 @@ REFUSED: dict[tuple[str, str, str], str] = {}
 # needs an entry here (or in REFUSED) until it has one.
 _CUDA_NEXT = "issue 28 item 4, kernel families still to write for the cuda target: "
 PENDING: dict[tuple[str, str], str] = {
-    **{("cuda", op): _CUDA_NEXT + "gemm and convolution as tiled shared-memory kernels summing "
-       "each output in the canonical order" for op in
-       ("gemm", "convolution", "convolution_filter_grad")},
-    **{("cuda", op): _CUDA_NEXT + "batch normalization with per-channel sums in the canonical "
-       "order" for op in ("batch_normalization", "batch_normalization_grad",
-                          "batch_normalization_training", "batch_normalization_training_grad")},
-    **{("cuda", op): _CUDA_NEXT + "average pooling as gathers (a thread per output element)"
-       for op in ("average_pooling", "average_pooling_grad")},
-    ("cuda", "adam_optimizer"): _CUDA_NEXT + "the optimizer update of all parameters in one "
-                                             "kernel",
-    ("cuda", "random_generator"): _CUDA_NEXT + "Philox4x32-10 per element, as the C target",
-    **{("cuda", op): _CUDA_NEXT + "layer and RMS normalization with per-group sums in the "
-       "canonical order" for op in ("mean_variance_normalization",
-                                    "mean_variance_normalization_grad")},
-    **{("cuda", op): _CUDA_NEXT + "gather as a copy per output element, gather_grad as an "
-       "ordered segment sum per output row, the range check a device-side flag"
-       for op in ("gather", "gather_grad")},
 }
 
 OPS = sorted(REGISTRY)

@@ -55,6 +55,44 @@ def test_golden_cuda(name):
                     pytrace=False)
 
 
+def _gemm() -> gradc.Graph:
+    g = gradc.Graph("gemm")
+    a, b = g.input("a", "float32", (3, 40, 24)), g.input("b", "float32", (1, 24, 56))
+    g.output(gradc.ops.gemm(a, b, g.input("c", "float32", (3, 1, 56)), alpha=0.5), "y")
+    return g
+
+
+def _convolution() -> gradc.Graph:
+    g = gradc.Graph("convolution")
+    x, w = g.input("x", "float16", (2, 8, 9, 9)), g.input("w", "float16", (16, 8, 3, 3))
+    f = dict(strides=(2, 2), start_padding=(1, 1), end_padding=(1, 1))
+    y = gradc.ops.convolution(x, w, g.input("b", "float16", (1, 16, 1, 1)), **f)
+    g.output(y, "y")
+    g.output(gradc.ops.convolution_filter_grad(x, g.input("dy", "float16", y.type.shape),
+                                               (16, 8, 3, 3), **f), "dw")
+    return g
+
+
+PRODUCTS = {"gemm": _gemm, "convolution": _convolution}
+
+
+@pytest.mark.parametrize("name", sorted(PRODUCTS))
+def test_golden_cuda_products(name):
+    """gemm (batched, broadcast, c) and a float16 convolution with its filter gradient: the
+    tiled kernels' text, tile choices included."""
+    src = generate(PRODUCTS[name](), {}).source.replace(prelude.PRELUDE, PRELUDE_MARK)
+    path = GOLDEN / f"{name}.cu"
+    if UPDATE:
+        path.write_text(src)
+    want = path.read_text()
+    if src != want:
+        diff = "".join(difflib.unified_diff(want.splitlines(keepends=True),
+                                            src.splitlines(keepends=True),
+                                            f"tests/golden/cuda/{name}.cu", "generated"))
+        pytest.fail(f"generated CUDA changed (GRADC_UPDATE_GOLDEN=1 updates the file):\n{diff}",
+                    pytrace=False)
+
+
 def test_the_prelude_copies_the_c_helpers_verbatim():
     """The element-wise expressions call the C prelude's helpers; the CUDA prelude carries
     exactly that text (from its first helper to the comment after the last one)."""

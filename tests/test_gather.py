@@ -12,10 +12,13 @@ from hypothesis import given, settings, strategies as st
 
 import gradc
 from gradc import ops
-from helpers import assert_bits, assert_c_compiles_cleanly, run
+from helpers import assert_bits, assert_c_compiles_cleanly, compile_for, cuda_targets, run
 import slow_reference_transformers as slow
 
-TARGETS = ("reference", "numpy", "c", "onnx")
+CPU_TARGETS = ("reference", "numpy", "c", "onnx")
+# the cuda target through its host harness, and on the GPU with GRADC_TEST_CUDA set (its random
+# cases: test_cuda_transformers.py, many layouts in one build)
+TARGETS = CPU_TARGETS + cuda_targets()
 F32 = np.float32
 i64 = np.int64
 
@@ -181,7 +184,7 @@ def test_targets_are_the_slow_oracle(data):
     wgrad = slow.gather_grad(dy, idx, shape, axis)
     occ = np.zeros(size)
     np.add.at(occ, idx.reshape(-1) % size, 1)
-    for target in TARGETS:
+    for target in CPU_TARGETS:
         assert_bits(gather(target, x, idx, axis), want)
         got = gather_grad(target, dy, idx, shape, axis)
         if target == "onnx":
@@ -318,7 +321,7 @@ def test_symbolic_dims_and_a_symbolic_indexed_axis(target):
     r = g.input("r", "int64", (3,))
     rows = ops.gather(x, r)
     g.output(ops.gather_grad(rows, r, ("N", 5, 3)), "dr")
-    ex = gradc.compile(g, target=target)
+    ex = compile_for(g, target)
     xs = rng.standard_normal((4, 5, 3)).astype(F32)
     feeds = {"x": xs, "i": np.array([[4, -5], [0, 4]], np.int32), "r": np.array([3, -4, 3])}
     got = ex(**feeds)

@@ -12,11 +12,13 @@ from hypothesis import given, settings, strategies as st
 
 import gradc
 from gradc import ops
-from helpers import assert_bits, run, assert_c_compiles_cleanly
+from helpers import assert_bits, assert_c_compiles_cleanly, compile_for, cuda_targets, run
 from normalization_bound import assert_within, backward_bounds, forward_bound
 import slow_reference_transformers as slow
 
-TARGETS = ("reference", "numpy", "c", "onnx")
+# the cuda target through its host harness, and on the GPU with GRADC_TEST_CUDA set (its random
+# cases: test_cuda_transformers.py, many layouts in one build)
+TARGETS = ("reference", "numpy", "c", "onnx") + cuda_targets()
 F32 = np.float32
 
 
@@ -167,7 +169,7 @@ def test_t_mvn_7_layer_normalization_with_three_outputs(target):
     m.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 5
     g = gradc.from_onnx(m)
     assert [n.op for n in g.nodes].count("mean_variance_normalization") == 1
-    out = gradc.compile(g, target=target)(x=X5)
+    out = compile_for(g, target)(x=X5)
     check(target, out["y"], Y5, forward_bound(X5, S5, B5, (1,)))
     exact = target != "onnx"
     mean, inv = out["mean"].reshape(-1), out["inv"].reshape(-1)
@@ -469,7 +471,7 @@ def test_symbolic_normalized_axes(target):
     feeds = {"x": rng.standard_normal((3, 5, 4)).astype(F32),
              "dy": rng.standard_normal((3, 5, 4)).astype(F32),
              "s": rng.standard_normal(4).astype(F32)}
-    got = gradc.compile(g, target=target)(**feeds)
+    got = compile_for(g, target)(**feeds)
     want = gradc.compile(g, target="reference")(**feeds)
     for k in want:
         if target == "onnx":

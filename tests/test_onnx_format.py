@@ -45,6 +45,7 @@ from reduce_onnx_cases import REDUCE_CASES  # noqa: E402
 from test_batch_norm_onnx import BN_CASES  # noqa: E402
 from activation_onnx_cases import ACTIVATION_CASES  # noqa: E402
 from normalization_onnx_cases import NORM_CASES  # noqa: E402
+from transformer_onnx_cases import TRANSFORMER_CASES  # noqa: E402
 
 ONNX_DIR = Path(__file__).resolve().parents[1] / "backends" / "onnx"
 
@@ -231,6 +232,8 @@ CASES: dict[str, tuple[Case, str]] = {
     **LOGIC_CASES,
     # -- shape arithmetic, masks (tests/import_fold_cases.py)
     **FOLD_CASES,
+    # -- transformers (SPEC-transformers §28)
+    **TRANSFORMER_CASES,  # tests/transformer_onnx_cases.py
 }
 
 

@@ -2,12 +2,15 @@
 
 Every op here is elementwise, so the C target fuses it into loops through its expression (listed
 in ``backends/c/scalar.py``'s ``SCALAR``); none needs a kernel of its own. Like the reference
-(``gradc.ir.ops.activation``), each evaluates in double with libm and rounds once: ``erf``,
-``sin``, ``cos`` call libm's double function, ``gelu``/``gelu_grad`` the prelude's ``gc_gelu_*``
-(the reference's float64 formulas in its order), so the results match the reference bit for bit
-wherever libm's ``exp`` agrees with NumPy's (``erf`` and ``erfc`` are the same libm functions
-Python's ``math`` calls). ``gelu_grad`` rounds the derivative to the accumulation type (float for
-float16) and multiplies once by dY. ``is_nan`` compares the value with itself (exact).
+(``gradc.ir.ops.activation``), each evaluates in double and rounds once, with ``transcend.h``'s
+vectorizable double functions (about a double ulp from the exact value, where libm's scalar calls
+kept every loop scalar): ``erf``, ``sin``, ``cos`` call ``gc_erf``, ``gc_sin``, ``gc_cos``;
+``gelu``/``gelu_grad`` call ``gc_gelu_*`` (the reference's float64 formulas in its order, with
+``gc_erfc`` and ``gc_exp``). A float32 or float16 result therefore equals the reference's except
+where the exact value lies within ~1e-16 relative of a rounding boundary; float64 results are
+within §25.4's tolerance (benchmarks/bench_transcendental.py measures both). ``gelu_grad`` rounds
+the derivative to the accumulation type (float for float16) and multiplies once by dY.
+``is_nan`` compares the value with itself (exact).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ def _from_double(t: CType, e: str) -> str:
     return e if t.dtype == DType.float64 else f"(float)({e})"
 
 
-def _libm(fn: str) -> Scalar:
+def _double_fn(fn: str) -> Scalar:
     def emit(node: Node, a: list[str]) -> str:
         t = _t(node)
         return _from_double(t, f"{fn}({_double(t, a[0])})")
@@ -68,6 +71,6 @@ def is_nan(node: Node, a: list[str]) -> str:
 
 
 ACTIVATION_SCALAR: dict[str, Scalar] = {
-    "gelu": gelu, "gelu_grad": gelu_grad, "erf": _libm("erf"), "sin": _libm("sin"),
-    "cos": _libm("cos"), "is_nan": is_nan,
+    "gelu": gelu, "gelu_grad": gelu_grad, "erf": _double_fn("gc_erf"), "sin": _double_fn("gc_sin"),
+    "cos": _double_fn("gc_cos"), "is_nan": is_nan,
 }

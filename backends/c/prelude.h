@@ -13,8 +13,8 @@
  * - gc_wrap_*: integer narrowing by wrap-around without implementation-defined conversions.
  * - gc_axis_taps: SPEC.md section 6.1 for one axis, the same float32 operations as
  *   gradc.ir.ops.resample.axis_taps (compiled with -ffp-contract=off: one rounding each).
- * - gc_gelu_* / gc_gelu_*_slope: gelu and its derivative in double, the operations of
- *   gradc.ir.ops.activation.gelu64 / gelu_slope64 in their order (libm's erfc and exp).
+ * - The transcendental functions (gc_exp, gc_log, gc_tanh, gc_erf, gc_sin, gc_cos, gc_gelu_*):
+ *   transcend.h, which backends/c/prelude.py appends to this header.
  *
  * GC_BLK must equal STREAM_BLOCK in backends/c/kernel.py (tests/test_c_golden.py checks it).
  */
@@ -155,25 +155,6 @@ GC_INLINE uint16_t gc_d2h(double d) {
 GC_INLINE int gc_finite_f(float v) { return (gc_f2bits(v) & 0x7f800000u) != 0x7f800000u; }
 GC_INLINE int gc_finite_d(double v) {
     return (gc_d2bits(v) & UINT64_C(0x7ff0000000000000)) != UINT64_C(0x7ff0000000000000);
-}
-
-/* SPEC-transformers 25.1-25.2 in double. The constants are the float64 values of 1/sqrt(2),
-   sqrt(2/pi), 1/sqrt(2 pi) and 3 * 0.044715 (gradc.ir.ops.activation's literals). */
-GC_INLINE double gc_gelu_none(double x) { return x * (0.5 * erfc(-x * 0.7071067811865476)); }
-GC_INLINE double gc_gelu_tanh(double x) {
-    const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
-    return x * (1 / (1 + exp(-2 * u)));
-}
-GC_INLINE double gc_gelu_none_slope(double x) {
-    const double cdf = 0.5 * erfc(-x * 0.7071067811865476);
-    const double pdf = exp(x * x * -0.5) * 0.3989422804014327;
-    return gc_finite_d(x) ? cdf + x * pdf : (double)NAN;
-}
-GC_INLINE double gc_gelu_tanh_slope(double x) {  /* second term 0 where p*q underflows */
-    const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
-    const double p = 1 / (1 + exp(-2 * u)), q = 1 / (1 + exp(2 * u)), pq = p * q;
-    const double second = 2 * x * pq * 0.7978845608028654 * (1 + 0.134145 * x * x);
-    return gc_finite_d(x) ? p + (pq == 0 ? 0.0 : second) : (double)NAN;
 }
 
 GC_INLINE int8_t gc_wrap_i8(uint64_t u) {

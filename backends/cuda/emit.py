@@ -21,12 +21,15 @@ import numpy as np
 from gradc.errors import UnsupportedError
 from gradc.ir.core import Graph, Node, Value, parameters_as_inputs
 
-from gradc.backends.plan import (Buffer, Memory, Plan, Sizes, assign_buffers, flatten,
-                                 hoist_sinks, plan_arena, plan_in_place)
+from gradc.backends.plan import (Buffer, Memory, Plan, Sizes, assign_buffers,
+                                 checks_before_writes, flatten, hoist_sinks, plan_arena,
+                                 plan_in_place, raises)
 from gradc.backends.c.ctypes_map import Dims, ctype
 from gradc.backends.c.writer import CWriter
-from gradc.backends.cuda import elementwise, gather, pool, reduce, resample, slice_grad
-from gradc.backends.cuda.kernel import BLOCK, CudaKernel, grid
+from gradc.backends.cuda import (average_pooling, batch_norm, conv, elementwise, gather,
+                                 gemm, index, normalization, pool, reduce, resample,
+                                 slice_grad, training)
+from gradc.backends.cuda.kernel import CudaKernel, grid
 from gradc.backends.cuda.prelude import PRELUDE
 
 Emitter = Callable[[CudaKernel], None]
@@ -34,7 +37,8 @@ Emitter = Callable[[CudaKernel], None]
 
 def _emitters() -> dict[str, Emitter]:
     table: dict[str, Emitter] = {}
-    for family in (elementwise, gather, pool, resample, slice_grad, reduce):
+    for family in (elementwise, gather, pool, resample, slice_grad, reduce, gemm, conv, index,
+                   normalization, batch_norm, average_pooling, training):
         table.update(family.EMITTERS)
     return table
 
@@ -68,6 +72,7 @@ class Program:
     output_shapes: list[tuple[int, ...]]  # the outputs' shapes, symbols bound
     launches: list[Launch] = field(default_factory=list)
     in_place: dict[int, int] = field(default_factory=dict)  # output index -> input index
+    error_offset: int | None = None  # arena offset of the run-time error record (index.py)
 
 
 def check_supported(graph: Graph) -> None:
@@ -129,6 +134,7 @@ def generate(graph: Graph, shapes: Mapping[str, int] | None = None,
     flatten(graph, plan)
     hoist_sinks(plan)
     granted = plan_in_place(graph, plan, in_place or {}, KERNELS)
+    granted = checks_before_writes(graph, plan, granted)
     memory = assign_buffers(graph, plan, granted, KERNELS)
     return _Builder(graph, plan, Dims([], shapes), memory, granted).build()
 
@@ -160,6 +166,12 @@ class _Builder:
         for k in range(len(memory.owners)):
             self.offset[Buffer("temp", k)] = end + offsets[f"b{k}"]
         self.arena_bytes = max(IO_ALIGN, end + total)
+        # After the temporaries: the error record of the range checks (when an op may raise
+        # an input error), then the scratch that kernels use during their own launches.
+        self.error_at = _aligned(end + total) if raises(plan.nodes) else None
+        self.scratch_at = _aligned(end + total) if self.error_at is None else \
+            _aligned(self.error_at + index.RECORD * 8)
+        self.checked = False  # a range check was emitted: later launches stop on its error
 
     def address(self, b: Buffer) -> str:
         """The C expression of a buffer's first byte."""
@@ -178,6 +190,8 @@ class _Builder:
                 constants += 1
             elif n not in self.memory.views:
                 self._kernel(n)
+        if self.error_at is not None:
+            self.arena_bytes = max(self.arena_bytes, self.scratch_at)
         w = CWriter()
         self._header(w)
         w.blank()
@@ -193,7 +207,7 @@ class _Builder:
                        [self.offset[Buffer("input", i)] for i in range(len(g.inputs))],
                        [self.offset[buffers[self.plan.resolve(v)]] for v in g.outputs],
                        self.arena_bytes, [tuple(_sizes(self.dims, v)) for v in g.outputs],
-                       list(self.launches), dict(self.in_place))
+                       list(self.launches), dict(self.in_place), self.error_at)
 
     def _constant(self, n: Node, index: int, is_output: bool) -> None:
         """A ``__device__`` array of the constant's bit patterns (and, for an output, a copy
@@ -210,7 +224,8 @@ class _Builder:
             with k.each(bits.size) as i:
                 k.code.line(f"dst[{i}] = gc_const{index}[{i}];")
             t = ctype(v.type.dtype).bits
-            self._finish(k, [f"{t} *__restrict__ dst = ({t} *){self.address(dst)};"])
+            decl = f"{t} *__restrict__ dst = ({t} *){self.address(dst)};"
+            self._finish(k, lambda read: [decl])
 
     def _kernel(self, n: Node) -> None:
         """Emit the function of one node (or fused group)."""
@@ -235,33 +250,52 @@ class _Builder:
                 bind(bv, ov, False)
             for bv, ov in zip(n.body.outputs, n.outputs):
                 bind(bv, ov, True)
-        k = CudaKernel(f"k{len(self.kernels)}", n, self.dims, ptr)
+        k = CudaKernel(f"k{len(self.kernels)}", n, self.dims, ptr,
+                       scratch_at=self.scratch_at, error_at=self.error_at)
         if n.body is None:
             EMITTERS[n.op](k)
         elif n.attrs["kind"] == "elementwise":
             elementwise.emit_elementwise(k)
         else:
             EMITTERS[n.attrs["kind"]](k)
-        decls = []
-        for b, v, is_out in order:  # the pointers the body uses (an unused one is no warning)
-            p = params[b]
-            if p in k.read:
-                ty = k.types.get(p, ctype(v.type.dtype).store)
-                q = "" if is_out else "const "
-                decls.append(f"{q}{ty} *__restrict__ {p} = ({q}{ty} *){self.address(b)};")
+
+        def decls(read: set[str]) -> list[str]:
+            out = []
+            for b, v, is_out in order:  # the pointers a launch uses (no unused variable)
+                p = params[b]
+                if p in read:
+                    ty = k.types.get(p, ctype(v.type.dtype).store)
+                    q = "" if is_out else "const "
+                    out.append(f"{q}{ty} *__restrict__ {p} = ({q}{ty} *){self.address(b)};")
+            return out
+
         self._finish(k, decls)
 
-    def _finish(self, k: CudaKernel, decls: list[str]) -> None:
-        """The kernel's function around its body, and its launch."""
+    def _finish(self, k: CudaKernel, decls: Callable[[set[str]], list[str]]) -> None:
+        """The kernel's functions (one per launch) around their bodies, and their launches.
+
+        Once a range check has run (the first launch of an op that may raise an input error),
+        every later launch returns at once when the error record holds an error, so that no
+        in-place write, and no read at a bad index, happens in a call that raises."""
         n = k.node
-        w = CWriter()
-        w.comment(n.op if n.body is None else "fused")
-        with w.block(f"GC_KERNEL {k.name}(char *__restrict__ gc_arena)"):
-            w.line(*decls, "(void)gc_arena;")
-            w.nest(k.code)
-        self.kernels.append(w)
+        checks = raises([n])
+        parts = k.parts + [k.part()]
+        if k.scratch_bytes:
+            self.arena_bytes = max(self.arena_bytes, self.scratch_at + k.scratch_bytes)
+        for i, part in enumerate(parts):
+            name = k.name if i == 0 else f"{k.name}_{i}"
+            w = CWriter()
+            w.comment(n.op if n.body is None else "fused")
+            with w.block(f"GC_KERNEL {name}(char *__restrict__ gc_arena)"):
+                w.line(*decls(part.read), "(void)gc_arena;")
+                if self.checked:
+                    w.line(f"if (*(const int64_t *)(gc_arena + {self.error_at}) != 0) return;")
+                w.nest(part.code)
+            self.kernels.append(w)
+            self.launches.append(Launch(name, grid(part.work, part.block), part.block,
+                                        part.barrier, label(n)))
+            self.checked = self.checked or (checks and i == 0)
         self.statics.extend(k.tables)
-        self.launches.append(Launch(k.name, grid(k.work), BLOCK, k.barrier, label(n)))
 
     def _header(self, w: CWriter) -> None:
         """The calling convention: arena layout and launches (no user name: values are

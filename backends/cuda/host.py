@@ -8,6 +8,11 @@ compiles, with ``-ffp-contract=off`` (no FMA, as ``--fmad=false``). A launch run
 over its whole grid; a "graph" is the list of launches, replayed in order. So the runner's
 arena, copies, graph capture and replay, and every kernel's indexing and summation order, run
 in CI and are compared bit for bit with the reference (``runtime="host"``).
+
+NaNs: by default the harness makes the NaNs a GPU makes (``host_gpunan.h``: every floating-point
+operation whose result is NaN returns the canonical NaN, as NVIDIA's arithmetic does), so a
+kernel that relies on x86's NaN propagation instead of fixing its NaNs up (``x86nan.cuh``) fails
+on the CPU too. ``GRADC_HOST_NAN=x86`` compiles the kernels as plain C++ (x86's NaNs).
 """
 
 from __future__ import annotations
@@ -25,17 +30,33 @@ import numpy as np
 
 from gradc.errors import GradcError
 
-from gradc.backends.cuda.prelude import HOST_HEADER
+from gradc.backends.cuda.prelude import HOST_GPU_NAN, HOST_HEADER
 
-FLAGS = ("-std=c++17", "-O1", "-ffp-contract=off", "-fno-fast-math", "-fno-math-errno",
+FLAGS = ("-std=c++17", "-ffp-contract=off", "-fno-fast-math", "-fno-math-errno",
          "-fno-strict-aliasing", "-fPIC", "-shared", "-w")
+# Sources above this many characters (a whole model's step: hundreds of kernels) are compiled
+# without optimization: the C++ compiler's time grows faster than the kernels' run time shrinks
+# (mobilenet_v2's 1.2 MB step: 19 s at -O1, 8 s at -O0). The arithmetic is IEEE either way.
+LARGE_SOURCE = 256 * 1024
 CXX_TIMEOUT = 300.0  # seconds one compiler run may take
+NAN_MODES = ("gpu", "x86")
 
 
-def harness_source(source: str, kernels: Sequence[str]) -> str:
-    """``host.h``, the program, and ``gradc_host_launch``: kernel number -> launch."""
+def nan_mode() -> str:
+    """The harness's NaNs: ``$GRADC_HOST_NAN`` (``gpu``, the default, or ``x86``)."""
+    mode = os.environ.get("GRADC_HOST_NAN", "gpu") or "gpu"
+    if mode not in NAN_MODES:
+        raise GradcError(f"cuda target: GRADC_HOST_NAN: expected one of {', '.join(NAN_MODES)}, "
+                         f"got {mode!r}")
+    return mode
+
+
+def harness_source(source: str, kernels: Sequence[str], nan: str = "gpu") -> str:
+    """``host.h`` (and ``host_gpunan.h`` in the GPU NaN mode), the program, and
+    ``gradc_host_launch``: kernel number -> launch."""
     table = ", ".join(kernels) or "0"
-    return (f"{HOST_HEADER}\n{source}\n"
+    header = HOST_HEADER + ("\n" + HOST_GPU_NAN if nan == "gpu" else "")
+    return (f"{header}\n{source}\n"
             f"static void (*const gc_table[])(char *) = {{{table}}};\n"
             "extern \"C\" int gradc_host_launch(int k, unsigned int gx, unsigned int bx, "
             "int fibers, char *arena) {\n"
@@ -55,7 +76,8 @@ def _version(cxx: str) -> str:
 def build_harness(source: str, cxx: str, cache_dir: str) -> Path:
     """The shared library of a harness source, compiled unless it is cached."""
     argv = shlex.split(cxx) or ["c++"]
-    key = hashlib.sha256("\0".join([source, *argv, _version(cxx), *FLAGS]).encode())
+    flags = (*FLAGS, "-O0" if len(source) > LARGE_SOURCE else "-O1")
+    key = hashlib.sha256("\0".join([source, *argv, _version(cxx), *flags]).encode())
     lib = Path(cache_dir) / f"host-{key.hexdigest()[:32]}.so"
     if lib.exists():
         return lib
@@ -70,7 +92,7 @@ def build_harness(source: str, cxx: str, cache_dir: str) -> Path:
                          f"{str(lib.parent)!r} ({e.strerror})") from None
     try:
         try:
-            r = subprocess.run([*argv, *FLAGS, "-o", tmp, str(src), "-lm"], capture_output=True,
+            r = subprocess.run([*argv, *flags, "-o", tmp, str(src), "-lm"], capture_output=True,
                                text=True, timeout=CXX_TIMEOUT)
         except subprocess.TimeoutExpired:
             raise GradcError(f"cuda target: cxx: {argv[0]} did not finish within "
@@ -90,14 +112,15 @@ class HostDriver:
 
     arch = "host"
 
-    def __init__(self, cxx: str, cache_dir: str) -> None:
+    def __init__(self, cxx: str, cache_dir: str, nan: str | None = None) -> None:
         self.cxx, self.cache_dir = cxx, cache_dir
+        self.nan = nan or nan_mode()
         self._memory: dict[int, np.ndarray] = {}
         self.launches = 0  # kernels run so far (tests count graph replays with it)
 
     def load(self, source: str, kernels: Sequence[str]) -> Any:
         """Compile the harness of a program and load it."""
-        lib = ctypes.CDLL(str(build_harness(harness_source(source, kernels), self.cxx,
+        lib = ctypes.CDLL(str(build_harness(harness_source(source, kernels, self.nan), self.cxx,
                                             self.cache_dir)))
         lib.gradc_host_launch.restype = ctypes.c_int
         lib.gradc_host_launch.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint,

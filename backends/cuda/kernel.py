@@ -1,26 +1,32 @@
 """What every CUDA emitter receives: the C target's kernel context plus the launch's work.
 
-A CUDA kernel is ``GC_KERNEL kN(char *__restrict__ gc_arena)``: every buffer lies at an offset
-of the executable's one device arena that is a compile-time constant (``emit.py`` binds each to
-a pointer ``p0``, ``p1``, ... before the body), constants are ``__device__`` arrays, and every
-shape is static. The emitter writes the body into ``code``, exactly as a C emitter does (the
-context is the C target's ``Kernel``, so ``anchored``, ``ctx_gen`` and the scalar expressions
-work unchanged), and opens its work loop with ``each``: a grid-stride loop over ``count`` work
-items (output elements, groups, ...), from which ``emit.py`` sizes the launch.
+A CUDA kernel is ``GC_KERNEL kN(char *__restrict__ gc_arena)``: every buffer lies at an offset of
+the executable's one device arena that is a compile-time constant (``emit.py`` binds each to a
+pointer ``p0``, ``p1``, ... before the body), constants are ``__device__`` arrays, and every shape
+is static. The emitter writes the body into ``code``, exactly as a C emitter does (the context is
+the C target's ``Kernel``, so ``anchored``, ``ctx_gen`` and the scalar expressions work unchanged,
+in the CUDA dialect of ``scalar.py``), and opens its work loop with ``each``: a grid-stride loop
+over ``count`` work items (output elements, groups, ...), from which ``emit.py`` sizes the launch.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from gradc.errors import UnsupportedError
 from gradc.ir.types import Dim
 
 from gradc.backends.c.kernel import Kernel
+from gradc.backends.c.writer import CWriter
+from gradc.backends.c.scalar import Scalar
+from gradc.backends.cuda.scalar import CUDA_SCALAR
 
 BLOCK = 256  # threads per block (GC_BLOCK of the prelude; __launch_bounds__)
+# Threads per block of a launch whose threads each do a long sequential sum (a group's or a
+# scale element's canonical sum): one warp per block spreads few such threads over many SMs.
+SERIAL_BLOCK = 32
 MAX_GRID = 4096  # blocks: more work items than BLOCK * MAX_GRID are strided over
 # Entries of one baked ``__device__`` table (the geometry of a pooling or resampling axis): the
 # tables are source text, so their size bounds the time and memory of generating and compiling.
@@ -36,12 +42,53 @@ def check_table(op: str, what: str, n: int) -> None:
 
 
 @dataclass
+class Part:
+    """One finished launch of a node that needs several (``CudaKernel.next_launch``)."""
+
+    code: CWriter
+    work: int
+    barrier: bool
+    read: set[str]
+    block: int
+
+
+@dataclass
 class CudaKernel(Kernel):
-    """A kernel function and its launch: ``work`` items over a grid-stride loop."""
+    """A kernel function and its launch: ``work`` items over a grid-stride loop.
+
+    A node whose work has steps that depend on each other across threads (sort, then sum)
+    writes them as several launches: ``next_launch`` closes the current one. Scratch space
+    (``scratch``) is a region of the arena after the temporaries, valid during the node's own
+    launches only; ``error_at`` is the arena offset of the run-time error record (``index.py``)
+    when the program has one."""
 
     work: int = 1
     barrier: bool = False  # the body uses __syncthreads (the host harness runs it as fibers)
+    block: int = BLOCK  # threads per block of the current launch (at most BLOCK)
     tables: list[str] = field(default_factory=list)  # ``__device__`` arrays the body reads
+    # the element-wise expressions: the C target's with x86's NaN results (scalar.py)
+    scalar: Mapping[str, Scalar] | None = field(default_factory=lambda: CUDA_SCALAR)
+    parts: list[Part] = field(default_factory=list)  # launches closed by ``next_launch``
+    scratch_at: int = 0  # arena offset of the scratch region (set by emit.py)
+    scratch_bytes: int = 0  # scratch used so far by this node
+    error_at: int | None = None  # arena offset of the error record, if the program has one
+
+    def next_launch(self) -> None:
+        """Close the current launch; what follows is written into the next one."""
+        self.parts.append(self.part())
+        self.code, self.work, self.barrier, self.read = CWriter(), 1, False, set()
+        self.block = BLOCK
+
+    def part(self) -> Part:
+        """The current launch."""
+        return Part(self.code, self.work, self.barrier, self.read, self.block)
+
+    def scratch(self, ctype: str, count: int) -> str:
+        """A C pointer expression to ``count`` elements of ``ctype`` of scratch (8-byte
+        elements at most), 256-byte aligned."""
+        at = self.scratch_at + self.scratch_bytes
+        self.scratch_bytes += -(-max(1, count) * 8 // 256) * 256
+        return f"(({ctype} *)(gc_arena + {at}))"
 
     def table(self, ctype: str, values: Sequence[int]) -> str:
         """A ``__device__`` array of integers for this kernel; returns its name."""
@@ -60,9 +107,9 @@ class CudaKernel(Kernel):
             yield var
 
 
-def grid(work: int) -> int:
+def grid(work: int, block: int = BLOCK) -> int:
     """The blocks of a launch over ``work`` items."""
-    return max(1, min(MAX_GRID, -(-work // BLOCK)))
+    return max(1, min(MAX_GRID, -(-work // block)))
 
 
 def coords(k: Kernel, shape: Sequence[Dim], flat: str, prefix: str) -> list[str]:

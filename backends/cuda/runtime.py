@@ -9,7 +9,9 @@ both. A call:
    or not at all when it already is that slot (a ``Trainer``'s state, updated in place);
    sources inside this arena are staged first, so no slot is overwritten before it is read;
 2. replays the graph (captured on the first call: the launches never change, since every
-   kernel reads the arena's base and constant offsets);
+   kernel reads the arena's base and constant offsets); when the program checks indices, reads
+   the error record back and raises ``InputError`` (the launches after a failed check
+   returned at once: no output is produced and no in-place state written);
 3. returns each output: a ``DeviceArray`` view of its slot for the names in
    ``keep_on_device`` (nothing is read back), else a NumPy copy.
 """
@@ -26,6 +28,7 @@ from gradc.errors import InputError
 
 from gradc.backends.cuda.arrays import DeviceArray, Foreign
 from gradc.backends.cuda.emit import Program
+from gradc.backends.cuda.index import RECORD, describe
 
 
 class Driver(Protocol):
@@ -84,7 +87,18 @@ class CudaRunner:
                 self.graph = self.driver.capture(self.functions, self.arena)
             if self.graph is not None:
                 self.driver.replay(self.graph)
+            self._raise_input_error()
             return self._outputs()
+
+    def _raise_input_error(self) -> None:
+        """InputError when a range check of this call found an index out of range (its record
+        in the arena; the launches after the check wrote nothing)."""
+        if self.program.error_offset is None:
+            return
+        record = np.zeros(RECORD, np.int64)
+        self.driver.download(record, self.arena + self.program.error_offset)
+        if record[0]:
+            raise InputError(describe(record.tolist()))
 
     def _inputs(self, arrays: Mapping[str, Any]) -> None:
         p, d = self.program, self.driver

@@ -266,7 +266,7 @@ def _trilu(n: OnnxNode, ctx: Context) -> list[Produced]:
 
 # -- what only folds ----------------------------------------------------------------------------
 
-@converter("Range", "Floor", "Ceil", "Mod", "CastLike", "ReduceProd")
+@converter("Range", "Floor", "Ceil", "Mod", "ReduceProd")
 def _fold_only(n: OnnxNode, ctx: Context) -> list[Produced]:
     """Reached where the node did not fold: name the input that is not known, or the symbol."""
     sig = signature(n.op, ctx.opset)

@@ -85,9 +85,10 @@ def fold_node(n: OnnxNode, ctx: Any) -> list[np.ndarray] | None:
     else:
         names = [x for x in n.inputs if x]
         shape_work = any(x in ctx.derived for x in names)
-        if not names or not all(ctx.is_fixed(x) or (shape_work and x in ctx.consts)
-                                for x in names):
-            return None  # a float initializer is a parameter, unless it scales a shape
+        if not names or not all(ctx.is_fixed(x) or (shape_work and x in ctx.consts
+                                                    and n.op in NUMERIC) for x in names):
+            return None  # a float initializer is a parameter, unless it scales a shape (an
+            # Expand of it to a shape, as a class token, keeps it: SPEC-transformers §28.1)
         args = [ctx.consts[x] if x else None for x in n.inputs]
         if not args or args[0] is None:
             return None  # a missing first input: the converter reports it

@@ -75,11 +75,15 @@ from gradc.backends.onnx import import_batch_norm  # noqa: F401
 from gradc.backends.onnx import import_training  # noqa: F401
 from gradc.backends.onnx import import_activation  # noqa: F401
 from gradc.backends.onnx import import_normalization  # noqa: F401
+# Transformer imports (SPEC-transformers §28): rewrites before the import, selections, refusals.
+from gradc.backends.onnx import import_attention, import_select, import_sequence  # noqa: F401
+from gradc.backends.onnx.import_rewrite import prepare
+from gradc.backends.onnx.import_select import refusal
 from gradc.backends.onnx.import_training import finish_rng_state
 from gradc.backends.onnx.import_batch_norm import finish_running_statistics
 from gradc.backends.onnx.import_schema import check_node
 from gradc.backends.onnx.import_shape import (
-    FOLDERS, dims_of, fold_node, foldable, symbolic_error,
+    FOLDERS, NUMERIC, dims_of, fold_node, foldable, symbolic_error,
 )
 
 __all__ = ["from_onnx", "load_model", "embedded_graph"]
@@ -93,7 +97,7 @@ def from_onnx(model_or_path: Any) -> Graph:
     """
     model = load_model(model_or_path)
     own = embedded_graph(model)
-    return own if own is not None else _Importer(model).run()
+    return own if own is not None else _Importer(prepare(model)).run()
 
 
 class _Importer:
@@ -290,7 +294,7 @@ class _Importer:
         shape_work = n.op in ("Shape", "Size") or any(
             x in self.known_derived or x in self.derived for x in n.inputs if x)
         ok = foldable(n, lambda x: self.is_fixed(x) or x in self.known
-                      or (shape_work and x in self.consts))
+                      or (shape_work and n.op in NUMERIC and x in self.consts))
         if ok and shape_work:
             self.known_derived.update(o for o in n.outputs if o)
         return ok
@@ -305,9 +309,10 @@ class _Importer:
         conv = self._converter(n)
         if conv is None and not n.domain and self._will_fold(n):
             return []  # evaluated at import (import_shape)
+        if n.domain:  # com.microsoft's fused ops and the like (SPEC-transformers §28.5)
+            return [f"domain {n.domain} is not supported (export with the standard opset)"]
         if conv is None:
-            dom = f" (domain {n.domain})" if n.domain else ""
-            return [f"op {n.op}{dom} is not supported"]
+            return [refusal(n.op)]
         found = [f"input {field} ({n.input(i)!r}) must be a constant (an initializer, a "
                  "Constant node or a static shape computation)" for i, field in conv.const_inputs
                  if n.input(i) and not self.is_const(n.input(i))]

@@ -19,9 +19,9 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
   (void)gc_arena;
   for (int64_t i = gc_first(); i < 32; i += gc_stride()) {
     const float t0 = p2[i];
-    const float t1 = (-t0);
+    const float t1 = gc_neg_f32(t0);
     const float t2 = p3[i];
-    const float t3 = (t1 * t2);
+    const float t3 = gc_mul_f32(t1, t2);
     const float t4 = (t0 > 0 ? t3 : (0x0.0p+0f));
     const float t5 = (((t0 <= (-0x1.0000000000000p+0f)) | (t0 >= (0x1.0000000000000p+0f))) ? (0x0.0p+0f) : t4);
     const uint16_t t6 = gc_f2h((float)(t4));

@@ -21,9 +21,9 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
     const float t0 = p1[i];
     const int64_t cc1 = (i) / 1 % 16;
     const float t1 = p2[cc1 * 1];
-    const float t2 = (t0 + t1);
+    const float t2 = gc_add_f32(t0, t1);
     const float t3 = p3[i];
-    const float t4 = (t2 * t3);
+    const float t4 = gc_mul_f32(t2, t3);
     const float t5 = (t0 > 0 ? t4 : (0x0.0p+0f));
     p0[i] = t5;
   }
