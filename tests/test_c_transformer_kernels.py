@@ -147,3 +147,62 @@ def test_batched_product_summed_over_its_batch_is_one_kernel(dtype: type, cache:
     want = gradc.compile(g, "reference", passes=None)(**feeds)
     for k in want:
         assert_bits(got[k], want[k], nan_payload=False)
+
+
+def _attention(form: str, shape: tuple[int, int, int, int, int], tk: bool, tv: bool,
+               seed: int) -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+    """softmax(Q K^T * scale + mask) V as the exporters write it (``form``: an additive -inf
+    mask; ``where(mask, -inf, S)``; the same guarded by ``where(is_nan(P), 0, P)``; an additive
+    finfo.min mask), over (batch, heads, T queries, L keys, D) with K stored (L, D) or (D, L)
+    and V (L, D) or (D, L). The mask has a fully masked query row; Q, K and V hold an infinity
+    and a NaN in some rows; the probabilities are returned as well (but under finfo.min)."""
+    b, h, t, l_, d = shape
+    r = np.random.default_rng(seed)
+    g = gradc.Graph("attention")
+    q = r.standard_normal((b, h, t, d)).astype(F32)
+    k = r.standard_normal((b, h, l_, d) if not tk else (b, h, d, l_)).astype(F32)
+    v = r.standard_normal((b, h, l_, d + 3) if not tv else (b, h, d + 3, l_)).astype(F32)
+    q[0, 0, 1, 0], k.flat[5], v.flat[7] = np.inf, np.nan, -np.inf
+    allowed = np.tril(np.ones((t, l_), bool), k=l_ - t)
+    allowed[2] = False  # a fully masked query row
+    qv = g.input("q", "float32", q.shape)
+    kv = g.input("k", "float32", k.shape)
+    vv = g.input("v", "float32", v.shape)
+    with g:
+        s = ops.mul(ops.gemm(qv, kv, trans_b=not tk), ops.constant(np.float32(d ** -0.5)))
+        if form in ("where", "guarded"):
+            m = ops.constant(~allowed.reshape(1, 1, t, l_))
+            s = ops.where(m, ops.constant(np.float32(-np.inf)), s)
+        else:
+            low = np.float32(-np.inf) if form == "additive" else np.finfo(F32).min
+            s = ops.add(s, ops.constant(np.where(allowed, F32(0), low).reshape(1, 1, t, l_)))
+        p = ops.softmax(s, (3,))
+        if form == "guarded":
+            p = ops.where(ops.is_nan(p), ops.constant(np.float32(0)), p)
+        o = ops.gemm(p, vv, trans_b=tv)
+    if form != "finfo_min":  # (there the probabilities stay inside the kernel)
+        g.output(p, "p")
+    g.output(o, "o")
+    return g, {"q": q, "k": k, "v": v}
+
+
+@pytest.mark.parametrize("form", ["additive", "where", "guarded", "finfo_min"])
+@pytest.mark.parametrize("shape,tk,tv", [((2, 3, 13, 13, 7), False, False),
+                                         ((1, 2, 9, 40, 16), True, True),
+                                         ((2, 1, 17, 33, 64), False, True)])
+def test_attention_is_one_kernel_bit_for_bit(form: str, shape: tuple[int, int, int, int, int],
+                                             tk: bool, tv: bool, cache: str) -> None:
+    """The C target fuses gemm -> scale -> mask -> softmax [-> guard] -> gemm into one kernel
+    (backends/c/attention.py) whose probabilities and outputs are the reference's bits: fully
+    masked rows (NaN unguarded, 0 guarded, the mean of V under finfo.min), infinities and NaNs
+    in Q, K and V, rows and keys that are not multiples of the tiles."""
+    g, feeds = _attention(form, shape, tk, tv, seed=sum(shape))
+    prog = generate(gradc.optimize(g).graph)
+    assert sum("fused attention" in label for label in prog.kernels) == 1, prog.kernels
+    assert not any(label.startswith(("softmax", "gemm")) for label in prog.kernels)
+    got = gradc.compile(g, "c", cache_dir=cache, threads=2)(**feeds)
+    want = gradc.compile(g, "reference")(**feeds)
+    for k in want:
+        assert_bits(got[k], want[k], nan_payload=False)
+    if form == "guarded":
+        assert (want["p"][:, :, 2] == 0).all()

@@ -32,7 +32,7 @@ from gradc.backends.c import training as training_kernels
 from gradc.backends.c import normalization as normalization_kernels
 from gradc.backends.c import gather as gather_kernels
 from gradc.backends.c.kernel import Kernel
-from gradc.backends.c.groups import GROUP_EMITTERS, product_sums
+from gradc.backends.c.groups import GROUP_EMITTERS, form_groups
 from gradc.backends.c.pool import emit_max_pooling, emit_max_pooling_grad
 from gradc.backends.c.resample import emit_resample, emit_resample_grad
 from gradc.backends.c.slice_grad import emit_slice_grad
@@ -163,7 +163,7 @@ def generate(graph: Graph, shapes: Mapping[str, int] | None = None,
     plan = Plan(Sizes(shapes or {}))
     flatten(graph, plan)
     _relu_epilogues(graph, plan)
-    product_sums(graph, plan)
+    form_groups(graph, plan)
     symbols = _symbols(graph, plan.nodes)
     dims = Dims(symbols, dict(shapes or {}))
     hoist_sinks(plan)

@@ -1,5 +1,7 @@
 """Fused groups that the C target forms in its plan (after ``plan.flatten``): kernels of
-several nodes whose intermediate results never reach memory.
+several nodes whose intermediate results never reach memory (``form_groups``).
+
+``attention.attention_groups``: attention's ``gemm -> masks -> softmax -> gemm`` as one kernel.
 
 ``product_sums``: ``reduce_sum(gemm(a, b), batch axes)`` -- the gradient of a weight that a
 batched product shares across its batch (every linear layer of a transformer) -- becomes one
@@ -19,8 +21,10 @@ from gradc.passes.fusion import build_body, external_inputs
 from gradc.backends.plan import Plan
 from gradc.backends.c.kernel import Kernel
 from gradc.backends.c.mm import batch_sum_ok, emit_batch_sum
+from gradc.backends.c.attention import attention_groups, emit_attention
 
-GROUP_EMITTERS: dict[str, Callable[[Kernel], None]] = {"gemm_reduce": emit_batch_sum}
+GROUP_EMITTERS: dict[str, Callable[[Kernel], None]] = {"gemm_reduce": emit_batch_sum,
+                                                       "attention": emit_attention}
 
 
 def readers(plan: Plan) -> dict[Value, int]:
@@ -63,3 +67,9 @@ def product_sums(graph: Graph, plan: Plan) -> None:
         replace[n] = group(plan, [g, n], "gemm_reduce", f"gemm_reduce_{len(replace)}")
         drop.add(g)
     plan.nodes[:] = [replace.get(n, n) for n in plan.nodes if n not in drop]
+
+
+def form_groups(graph: Graph, plan: Plan) -> None:
+    """Every fused group of the C target, formed in the plan (module docstring)."""
+    attention_groups(graph, plan)
+    product_sums(graph, plan)

@@ -34,14 +34,19 @@ NARROW_M = 16  # fewer rows than this (and more columns): the transposed tables 
 SHORT_K = 32
 
 
-def plain_product(node: Node, dims: object) -> bool:
-    """True when ``gc_mm`` computes this gemm: float32/float64, ``alpha == 1``, no ``c``, and
-    not a few rows against many columns (gemm.py's transposed path reads that weight in
-    place)."""
-    y = node.outputs[0]
-    t = ctype(y.type.dtype)
+def plain(node: Node) -> bool:
+    """True for ``op(a) @ op(b)`` alone: float32/float64, ``alpha == 1``, no ``c`` read."""
+    t = ctype(node.outputs[0].type.dtype)
     c_read = len(node.inputs) == 3 and node.attrs["beta"] != 0
-    if t.acc != t.store or t.acc not in ("float", "double") or c_read or node.attrs["alpha"] != 1:
+    return (t.acc == t.store and t.acc in ("float", "double") and not c_read
+            and node.attrs["alpha"] == 1)
+
+
+def plain_product(node: Node, dims: object) -> bool:
+    """True when ``gc_mm`` computes this gemm: ``plain``, at least ``SHORT_K`` steps, and not a
+    few rows against many columns (gemm.py's transposed path reads that weight in place)."""
+    y = node.outputs[0]
+    if not plain(node):
         return False
     m, n = (dims.static(d) for d in y.type.shape[-2:])  # type: ignore[attr-defined]
     b = node.inputs[1]
