@@ -206,3 +206,34 @@ def test_attention_is_one_kernel_bit_for_bit(form: str, shape: tuple[int, int, i
         assert_bits(got[k], want[k], nan_payload=False)
     if form == "guarded":
         assert (want["p"][:, :, 2] == 0).all()
+
+
+@pytest.mark.parametrize("ignore_index,specials", [(None, False), (3, False), (None, True)])
+def test_token_cross_entropy_runs_row_by_row(ignore_index: int | None, specials: bool,
+                                             cache: str) -> None:
+    """Token-level cross-entropy's kernels over the logits (log_softmax, the labels' one-hot,
+    the sums over the class axis, and the gradient's) become row kernels (rows.py) whose
+    results are the reference's bits: 3 x 5 rows of 37 classes (blocks of 8 rows and a rest),
+    an ignored label, or logits with an infinity and a NaN (which make the loss NaN)."""
+    r = np.random.default_rng(2)
+    g = gradc.Graph("lm")
+    x = g.input("x", "float32", (3, 5, 6))
+    w = g.parameter("w", (r.standard_normal((6, 37)) * 0.5).astype(F32))
+    with g:
+        logits = ops.gemm(x, ops.reshape(w, (1, 6, 37)))
+    g.output(logits, "logits")
+    s = gradc.training_step(g, gradc.optim.AdamW(1e-2), loss="cross_entropy", class_axis=2,
+                            ignore_index=ignore_index)
+    prog = generate(gradc.optimize(s).graph)
+    rows = [label for label in prog.kernels if label.startswith("fused rows")]
+    assert len(rows) == 2 and "log_softmax" in rows[0] and "one_hot" in rows[0], prog.kernels
+    assert not any(label.startswith(("log_softmax", "one_hot")) for label in prog.kernels)
+    xs = r.standard_normal((3, 5, 6)).astype(F32)
+    if specials:
+        xs[1, 2, 0], xs[2, 4, 3] = np.inf, np.nan
+    feeds = {"x": xs, "labels": r.integers(0, 37, (3, 5)), "step": np.array([1])}
+    feeds["labels"][0, 0] = 3
+    got = gradc.compile(s, "c", cache_dir=cache, threads=2)(**feeds)
+    want = gradc.compile(s, "reference")(**feeds)
+    for k in want:
+        assert_bits(got[k], want[k], nan_payload=False)

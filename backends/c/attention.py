@@ -24,6 +24,7 @@ from gradc.ir.ops.registry import REGISTRY
 
 from gradc.backends.plan import Plan
 from gradc.backends.c.ctypes_map import ctype, strides
+from gradc.backends.c.group_body import inline_body
 from gradc.backends.c.kernel import Kernel, padded
 from gradc.backends.c.mm import plain
 from gradc.backends.c.scalar import SCALAR, ExprGen
@@ -130,42 +131,6 @@ class _Finder:
         return None
 
 
-def _body(plan: Plan, members: list[Node], name: str, keep: list[Value]) -> tuple[Graph,
-                                                                                   list[Value]]:
-    """The group's body (fused element-wise members inlined) and its outer operands; its
-    outputs are the body values of ``keep`` (outer values)."""
-    body = Graph(name)
-    vmap: dict[Value, Value] = {}
-    ext: list[Value] = []
-
-    def val(v: Value) -> Value:
-        v = plan.resolve(v)
-        if v not in vmap:
-            vmap[v] = body.input(f"in{len(ext)}", v.type.dtype, v.type.shape)
-            ext.append(v)
-        return vmap[v]
-
-    def add(n: Node, ins: list[Value]) -> Node:
-        c = Node(n.op, ins, n.attrs, [o.type for o in n.outputs])
-        body.append(c)
-        return c
-
-    for m in members:
-        if m.body is None:
-            c = add(m, [val(u) for u in m.inputs])
-            vmap.update(zip((plan.resolve(o) for o in m.outputs), c.outputs))
-            continue
-        inner = {bi: val(oi) for bi, oi in zip(m.body.inputs, m.inputs)}
-        for n in m.body.nodes:
-            c = add(n, [inner[u] for u in n.inputs])
-            inner.update(zip(n.outputs, c.outputs))
-        vmap.update(zip((plan.resolve(o) for o in m.outputs),
-                        (inner[b] for b in m.body.outputs)))
-    for v in keep:
-        body.add_output(vmap[v])
-    return body, ext
-
-
 def attention_groups(graph: Graph, plan: Plan) -> None:
     """Make each attention chain of the plan one ``attention`` kernel (module docstring)."""
     finder = _Finder(graph, plan)
@@ -186,7 +151,7 @@ def attention_groups(graph: Graph, plan: Plan) -> None:
                                                       if x.op == "softmax")):]
                 for v in map(plan.resolve, m.outputs)
                 if v in finder.outs or any(r not in inside for r in finder.readers.get(v, []))]
-        body, ext = _body(plan, members, f"attention_{i}", keep)
+        body, ext = inline_body(plan, members, f"attention_{i}", keep)
         node = make_fused(None, ext, body, "attention")
         for old, new in zip(keep, node.outputs):
             plan.alias[old] = new

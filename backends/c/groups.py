@@ -2,6 +2,8 @@
 several nodes whose intermediate results never reach memory (``form_groups``).
 
 ``attention.attention_groups``: attention's ``gemm -> masks -> softmax -> gemm`` as one kernel.
+``rows.row_groups``: runs of kernels that each work on rows alone (a loss over a vocabulary) as
+one kernel that keeps each row in cache.
 
 ``product_sums``: ``reduce_sum(gemm(a, b), batch axes)`` -- the gradient of a weight that a
 batched product shares across its batch (every linear layer of a transformer) -- becomes one
@@ -22,9 +24,10 @@ from gradc.backends.plan import Plan
 from gradc.backends.c.kernel import Kernel
 from gradc.backends.c.mm import batch_sum_ok, emit_batch_sum
 from gradc.backends.c.attention import attention_groups, emit_attention
+from gradc.backends.c.rows import emit_rows, row_groups
 
-GROUP_EMITTERS: dict[str, Callable[[Kernel], None]] = {"gemm_reduce": emit_batch_sum,
-                                                       "attention": emit_attention}
+GROUP_EMITTERS: dict[str, Callable[[Kernel], None]] = {
+    "gemm_reduce": emit_batch_sum, "attention": emit_attention, "rows": emit_rows}
 
 
 def readers(plan: Plan) -> dict[Value, int]:
@@ -72,4 +75,5 @@ def product_sums(graph: Graph, plan: Plan) -> None:
 def form_groups(graph: Graph, plan: Plan) -> None:
     """Every fused group of the C target, formed in the plan (module docstring)."""
     attention_groups(graph, plan)
+    row_groups(graph, plan)
     product_sums(graph, plan)
