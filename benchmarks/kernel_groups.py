@@ -2,8 +2,9 @@
 
 A label (``gradc.backends.c.emit.kernel_label``) names registry ops only: the op, or a fused
 group's kind and member ops, then the result's dtype and shape. ``group_of`` reads them in a
-fixed order, the first match deciding: products (``gemm``, and a gemm's fused epilogues and
-reductions), attention (a fused attention group), the loss (cross-entropy's ``log_softmax`` and
+fixed order, the first match deciding: attention (the C target's fused attention groups, forward
+and backward: their products included), products (``gemm``, and a gemm's fused epilogues and
+reductions), the loss (cross-entropy's ``log_softmax`` and
 ``one_hot``, and the kernels over the logits' shape that its gradient fuses), softmax, layer
 norm (``mean_variance_normalization`` and its gradient), GELU (``gelu`` or the ``erf`` of its
 exact expansion), embedding (``gather`` and ``gather_grad``), the optimizer (the fused update,
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-GROUPS = ("products", "attention", "loss", "softmax", "layer norm", "GELU", "embedding",
+GROUPS = ("attention", "products", "loss", "softmax", "layer norm", "GELU", "embedding",
           "optimizer", "movement", "other")
 MOVEMENT = ("transpose", "split", "join", "slice", "reshape", "expand", "pad")
 
@@ -43,7 +44,7 @@ def group_of(label: str, logits_shape: str | None = None) -> str:
     """The group of one kernel (module docstring); ``logits_shape`` (``"8x128x4096"``) marks
     the loss's kernels over the logits."""
     kind, ops = _ops(label)
-    if kind == "attention":
+    if kind.startswith("attention"):  # the C target's attention groups, forward and backward
         return "attention"
     if "gemm" in ops or kind == "gemm":
         return "products"

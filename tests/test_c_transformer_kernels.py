@@ -150,7 +150,7 @@ def test_batched_product_summed_over_its_batch_is_one_kernel(dtype: type, cache:
 
 
 def _attention(form: str, shape: tuple[int, int, int, int, int], tk: bool, tv: bool,
-               seed: int) -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+               seed: int, with_p: bool = True) -> tuple[gradc.Graph, dict[str, np.ndarray]]:
     """softmax(Q K^T * scale + mask) V as the exporters write it (``form``: an additive -inf
     mask; ``where(mask, -inf, S)``; the same guarded by ``where(is_nan(P), 0, P)``; an additive
     finfo.min mask), over (batch, heads, T queries, L keys, D) with K stored (L, D) or (D, L)
@@ -180,7 +180,7 @@ def _attention(form: str, shape: tuple[int, int, int, int, int], tk: bool, tv: b
         if form == "guarded":
             p = ops.where(ops.is_nan(p), ops.constant(np.float32(0)), p)
         o = ops.gemm(p, vv, trans_b=tv)
-    if form != "finfo_min":  # (there the probabilities stay inside the kernel)
+    if with_p and form != "finfo_min":  # (there the probabilities stay inside the kernel)
         g.output(p, "p")
     g.output(o, "o")
     return g, {"q": q, "k": k, "v": v}
@@ -235,5 +235,32 @@ def test_token_cross_entropy_runs_row_by_row(ignore_index: int | None, specials:
     feeds["labels"][0, 0] = 3
     got = gradc.compile(s, "c", cache_dir=cache, threads=2)(**feeds)
     want = gradc.compile(s, "reference")(**feeds)
+    for k in want:
+        assert_bits(got[k], want[k], nan_payload=False)
+
+
+@pytest.mark.parametrize("form", ["additive", "where"])
+@pytest.mark.parametrize("shape,tk,tv", [((2, 3, 13, 13, 7), False, False),
+                                         ((1, 2, 9, 40, 16), False, True)])
+def test_attention_gradient_is_one_kernel_bit_for_bit(form: str, shape: tuple[int, int, int,
+                                                                             int, int],
+                                                      tk: bool, tv: bool, cache: str) -> None:
+    """gradc.grad of the attention graphs above: dP, softmax's VJP, the mask's, the scale and
+    the three products become one kernel (attention_grad.py) whose dQ, dK and dV are the
+    reference's bits, fully masked rows, infinities and NaNs included; V stored transposed,
+    dV's product stays apart. (The guarded form's gradient reads the guard's mask between dP
+    and softmax's VJP, and K stored transposed makes dK^T with dS second: both keep their own
+    kernels.)"""
+    g, feeds = _attention(form, shape, tk, tv, seed=sum(shape) + 1, with_p=False)
+    dg = gradc.grad(g, wrt=["q", "k", "v"])
+    r = np.random.default_rng(5)
+    for v in dg.inputs:
+        if v.name not in feeds:
+            feeds[v.name] = r.standard_normal(v.type.shape).astype(F32)
+    prog = generate(gradc.optimize(dg).graph)
+    assert sum("fused attention_grad" in label for label in prog.kernels) == 1, prog.kernels
+    assert sum("fused attention (" in label for label in prog.kernels) == 1, prog.kernels
+    got = gradc.compile(dg, "c", cache_dir=cache, threads=2)(**feeds)
+    want = gradc.compile(dg, "reference")(**feeds)
     for k in want:
         assert_bits(got[k], want[k], nan_payload=False)

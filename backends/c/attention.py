@@ -101,12 +101,13 @@ class _Finder:
         p = plan.resolve(x.outputs[0])
         e2: list[Node] = []
         g2 = self._second(p)
-        if g2 is None:
-            guards = [n for n in self.readers.get(p, []) if _elementwise(n)]
-            if len(guards) != 1 or len(guards[0].outputs) != 1:
-                return None
-            g2 = self._second(plan.resolve(guards[0].outputs[0]))
-            e2 = guards
+        if g2 is None:  # a guard between: an element-wise kernel whose result G2 reads
+            for n in self.readers.get(p, []):
+                if _elementwise(n) and len(n.outputs) == 1:
+                    g2 = self._second(plan.resolve(n.outputs[0]))
+                    if g2 is not None:
+                        e2 = [n]
+                        break
         if g2 is None:
             return None
         members = [g1, *e1, x, *e2, g2]

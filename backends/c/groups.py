@@ -1,7 +1,8 @@
 """Fused groups that the C target forms in its plan (after ``plan.flatten``): kernels of
 several nodes whose intermediate results never reach memory (``form_groups``).
 
-``attention.attention_groups``: attention's ``gemm -> masks -> softmax -> gemm`` as one kernel.
+``attention.attention_groups``: attention's ``gemm -> masks -> softmax -> gemm`` as one kernel,
+``attention_grad.attention_grad_groups`` its gradient (dQ, dK, dV from dO) as another.
 ``rows.row_groups``: runs of kernels that each work on rows alone (a loss over a vocabulary) as
 one kernel that keeps each row in cache.
 
@@ -25,9 +26,11 @@ from gradc.backends.c.kernel import Kernel
 from gradc.backends.c.mm import batch_sum_ok, emit_batch_sum
 from gradc.backends.c.attention import attention_groups, emit_attention
 from gradc.backends.c.rows import emit_rows, row_groups
+from gradc.backends.c.attention_grad import attention_grad_groups, emit_attention_grad
 
 GROUP_EMITTERS: dict[str, Callable[[Kernel], None]] = {
-    "gemm_reduce": emit_batch_sum, "attention": emit_attention, "rows": emit_rows}
+    "gemm_reduce": emit_batch_sum, "attention": emit_attention, "rows": emit_rows,
+    "attention_grad": emit_attention_grad}
 
 
 def readers(plan: Plan) -> dict[Value, int]:
@@ -75,5 +78,6 @@ def product_sums(graph: Graph, plan: Plan) -> None:
 def form_groups(graph: Graph, plan: Plan) -> None:
     """Every fused group of the C target, formed in the plan (module docstring)."""
     attention_groups(graph, plan)
+    attention_grad_groups(graph, plan)
     row_groups(graph, plan)
     product_sums(graph, plan)
