@@ -26,7 +26,7 @@ import gradc
 from gradc import ops
 from gradc.backends.c.emit import generate
 from gradc.backends.c.kernel import STREAM_BLOCK
-from gradc.backends.c.prelude import PRELUDE
+from gradc.backends.c.prelude import HEADERS, PRELUDE
 
 GOLDEN = Path(__file__).parent / "golden" / "c"
 UPDATE = os.environ.get("GRADC_UPDATE_GOLDEN") == "1"
@@ -190,10 +190,11 @@ def test_generated_c_does_not_depend_on_the_hash_seed():
 
 
 def test_prelude_is_the_packaged_header():
-    """``prelude.h`` and then ``transcend.h`` are package data, copied verbatim into every
-    program, and agree with the Python side on the streamed block size."""
+    """The headers (``prelude.h`` first) are package data, copied verbatim into every program,
+    and agree with the Python side on the streamed block size."""
     here = Path(gradc.backends.c.__file__).parent
-    header = "".join((here / h).read_text() for h in ("prelude.h", "transcend.h"))
+    assert HEADERS[0] == "prelude.h"
+    header = "".join((here / h).read_text() for h in HEADERS)
     assert PRELUDE == header
     assert PRELUDE in c_source("elementwise")
     assert re.search(rf"^#define GC_BLK {STREAM_BLOCK}\b", PRELUDE, re.M)

@@ -33,6 +33,7 @@ from gradc.backends.c import training as training_kernels
 from gradc.backends.c import normalization as normalization_kernels
 from gradc.backends.c import gather as gather_kernels
 from gradc.backends.c.kernel import Kernel
+from gradc.backends.c.groups import GROUP_EMITTERS, form_groups
 from gradc.backends.c.pool import emit_max_pooling, emit_max_pooling_grad
 from gradc.backends.c.resample import emit_resample, emit_resample_grad
 from gradc.backends.c.slice_grad import emit_slice_grad
@@ -132,6 +133,7 @@ def generate(graph: Graph, shapes: Mapping[str, int] | None = None,
     plan = Plan(Sizes(shapes or {}))
     flatten(graph, plan)
     relu_epilogues(graph, plan)
+    form_groups(graph, plan)
     symbols = _symbols(graph, plan.nodes)
     dims = Dims(symbols, dict(shapes or {}))
     hoist_sinks(plan)
@@ -183,7 +185,8 @@ class _Builder:
                                       for v, b in memory.buffers.items()}
         self.owned: dict[str, Value] = {f"b{k}": v for k, v in enumerate(memory.owners)}
         self.statics: list[str] = []
-        self.kernels: list[CWriter] = []
+        self.kernels: list[str] = []  # the text of each distinct kernel function
+        self.distinct: dict[str, str] = {}  # a kernel's text (unnamed) -> its function's name
 
     def build(self) -> Program:
         """Assemble the whole program."""
@@ -205,23 +208,24 @@ class _Builder:
             w.line(*self.statics)
         for kernel in self.kernels:
             w.blank()
-            w.nest(kernel)
+            w.line(*kernel.splitlines())
         w.blank()
         w.nest(entry)
         return Program(w.text() + "\n", self.symbols, list(g.inputs), list(g.outputs),
                        dict(self.in_place), self.arena_bytes, list(self.labels), self.profile)
 
     # -- kernels -------------------------------------------------------------------------
-    def _steps(self, outs: set[Value]) -> list[tuple[Node, str | None]]:
-        """Write the kernels (buffers from the plan); returns (node, kernel call or None)."""
-        steps: list[tuple[Node, str | None]] = []
+    def _steps(self, outs: set[Value]) -> list[tuple[Node, str | None, int]]:
+        """Write the kernels (buffers from the plan); returns (node, kernel call or None, the
+        call's profile slot or -1)."""
+        steps: list[tuple[Node, str | None, int]] = []
         for n in self.plan.nodes:
             if n.op == "constant":
-                steps.append((n, self._constant(n, outs)))
+                steps.append((n, self._constant(n, outs), -1))
             elif n in self.memory.views:
-                steps.append((n, None))
+                steps.append((n, None, -1))
             else:
-                steps.append((n, self._kernel(n)))
+                steps.append((n, self._kernel(n), len(self.labels) - 1))
         return steps
 
     def _constant(self, n: Node, outs: set[Value]) -> str | None:
@@ -238,8 +242,13 @@ class _Builder:
         return None  # the plan made ``name`` the value's buffer (``Buffer("constant", c)``)
 
     def _kernel(self, n: Node) -> str:
-        """Emit the function of one node; returns the C call."""
-        name = f"k{len(self.kernels)}"
+        """Emit the function of one node, or reuse an identical one; returns the C call.
+
+        A kernel reads and writes its buffers only through its parameters, so two nodes whose
+        functions have the same text (the identical kernels of identical layers) share one C
+        function: the compiler sees each distinct kernel once, and the compile time of a deep
+        model grows with its distinct layers, not with its depth."""
+        name = "GC_KERNEL_NAME"  # replaced by the function's name once its text is known
         params: dict[str, str] = {}  # buffer -> parameter
         ptr: dict[Value, str] = {}
         order: list[tuple[str, Value, bool]] = []
@@ -263,6 +272,8 @@ class _Builder:
         k = Kernel(name, n, self.dims, ptr, epilogue=self.plan.epilogue.get(n))
         if n.body is None:
             EMITTERS[n.op](k)
+        elif n.attrs["kind"] in GROUP_EMITTERS:
+            GROUP_EMITTERS[n.attrs["kind"]](k)
         elif n.attrs["kind"] == "elementwise":
             emit_elementwise(k)
         else:
@@ -281,7 +292,12 @@ class _Builder:
             w.line("(void)S; (void)nt;" + unused)
             w.nest(k.code)
             w.line("return 0;")
-        self.kernels.append(w)
+        text = w.text()
+        name = self.distinct.get(text, "")
+        if not name:
+            name = f"k{len(self.kernels)}"
+            self.distinct[text] = name
+            self.kernels.append(text.replace("GC_KERNEL_NAME", name, 1))
         label = kernel_label(n)
         self.labels.append(label if k.epilogue is None else f"{label} + {k.epilogue}")
         args = []
@@ -291,7 +307,7 @@ class _Builder:
         return f"rc = {name}(S, nt, {', '.join(args)});"
 
     # -- entry -------------------------------------------------------------------------------
-    def _entry(self, w: CWriter, steps: list[tuple[Node, str | None]]) -> None:
+    def _entry(self, w: CWriter, steps: list[tuple[Node, str | None, int]]) -> None:
         """Write ``gradc_entry_arena`` and ``gradc_entry`` (see ``_arena`` for the buffers)."""
         mem = self.memory
         last = {f"b{k}": i for k, i in mem.last.items()}
@@ -300,7 +316,7 @@ class _Builder:
         if mem.static_sizes():
             offsets, total = plan_arena(mem.lives())
             self.arena_bytes = total
-        nk = len(self.kernels)
+        nk = len(self.labels)  # profile slots: one per kernel call
         if self.profile:
             w.line(f"static double gc_prof[{2 * max(nk, 1)}];",
                    "GC_INLINE double gc_now(void) {",
@@ -317,7 +333,7 @@ class _Builder:
             with w.block(head + "void **B, char *arena)"):
                 w.line("int rc = 0;", "(void)S; (void)A; (void)nt; (void)B; (void)arena;")
                 for i in part:
-                    n, call = steps[i]
+                    n, call, kid = steps[i]
                     for v in n.outputs:
                         b = self.buf.get(v, "")
                         if b in self.owned and self.owned[b] is v:
@@ -328,8 +344,7 @@ class _Builder:
                                        f"if (!{_slot(b)}) return 1;")
                     if call is not None:
                         text = _BUFFER.sub(lambda m: _slot(m.group(0)), call)
-                        if self.profile and call.startswith("rc = k"):
-                            kid = int(call[len("rc = k"):call.index("(")])
+                        if self.profile and kid >= 0:
                             w.line("{ const double t0 = gc_now(); " + text,
                                    f"  gc_prof[{2 * kid}] += gc_now() - t0; "
                                    f"gc_prof[{2 * kid + 1}] += 1; }}")
