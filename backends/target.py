@@ -30,6 +30,14 @@ class Lowered:
     model: Any = None  # the onnx.ModelProto ("onnx")
     contiguous: bool = False  # the runner needs C-contiguous input arrays
     in_place: dict[str, str] = field(default_factory=dict)  # output -> input it overwrites
+    # Arrays other than NumPy's that the runner takes as inputs (GPU arrays, for "cuda"): a
+    # function from such an object to its description (``shape``, ``dtype``, ``ndim``,
+    # ``flags.c_contiguous``), or None for an object it does not take.
+    foreign: Callable[[Any], Any] | None = None
+    # False when this program sums some values in another order than the canonical one (an
+    # option such as the cuda target's sums="split"): its results are then held to
+    # SPEC-training.md §9.5's bound, not to the reference's bits, even on an exact target.
+    exact: bool = True
 
 
 class Target(Protocol):

@@ -92,7 +92,8 @@ def feeds(model_bytes: bytes, g: gradc.Graph, x: torch.Tensor, labels: torch.Ten
     if "rng_state" in {v.name for v in g.inputs}:
         out["rng_state"] = np.array([0, 0, 0, 0, 7, 0], np.uint32)
     loss = g.outputs[0]
-    out["grad_" + loss.name] = np.ones(loss.type.shape, loss.type.dtype.numpy)
+    seed = gradc.grad_names(g, "parameters").cotangents[loss.name]  # grad_<loss>, or fresh
+    out[seed] = np.ones(loss.type.shape, loss.type.dtype.numpy)
     return out
 
 

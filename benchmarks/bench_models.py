@@ -1,16 +1,22 @@
 """Times whole training steps of real models: gradc's C target beside PyTorch eager and
 torch.compile, with GFLOP/s against the machine's peak, memory, and a per-kernel profile.
 
-    python benchmarks/bench_models.py [--models resnet18,mobilenet_v2,squeezenet1_0,unet,mlp]
+    python benchmarks/bench_models.py [--models resnet18,mobilenet_v2,squeezenet1_0,unet,mlp,gpt]
         [--batch 8] [--size 64] [--width 1] [--optimizer adamw|adam|sgd] [--steps 3] [--rounds 3]
         [--threads 2] [--compile-warmup 3] [--compile-omp-wait passive|default]
+        [--omp-wait default|passive]
         [--profile-steps 6]
 
     quick run: python benchmarks/bench_models.py --width 8 --size 32 --rounds 1
 
+    the GPT alone: python benchmarks/bench_models.py --models gpt
+
 A step is forward, cross-entropy loss, backward and optimizer update, in float32, on one batch
 (``--batch``, default 8) of tests/real_models.py's models (torchvision's resnet18, mobilenet_v2
-and squeezenet1_0 and a UNet at 3x``--size``x``--size``, an MLP at 3x32x32). The models, their
+and squeezenet1_0 and a UNet at 3x``--size``x``--size``, an MLP at 3x32x32), and of
+benchmarks/gpt_model.py's GPT (nanoGPT-style: 4 layers, width 256, 4 heads, context 128,
+vocabulary 4096 with tied embeddings; token-level cross-entropy, gradc's ``class_axis=2``,
+PyTorch's on the logits viewed as ``[batch * context, vocab]``). The models, their
 export and the peers' steps are benchmarks/bench_train_step.py's (imported as ``bts``): the
 model is exported in training mode (``ts_train``), imported by ``gradc.from_onnx`` and given to
 ``gradc.Trainer(g, opt, loss="cross_entropy", target="c", threads=T)``; PyTorch eager runs
@@ -19,7 +25,11 @@ model is exported in training mode (``ts_train``), imported by ``gradc.from_onnx
 default backend, inductor; the loss and the optimizer stay eager). torch.compile's process runs
 with OMP_WAIT_POLICY=PASSIVE (``--compile-omp-wait``): its compiled kernels' OpenMP threads and
 PyTorch's own pool otherwise spin against each other on 2 cores (quick MLP step: 180 ms with
-the default policy, 1.5 ms passive; PyTorch eager's step takes 2-6 ms either way). Optimizer:
+the default policy, 1.5 ms passive; PyTorch eager's step takes 2-6 ms either way). On a
+machine loaded by other processes, OpenMP threads that spin at a barrier take the CPU from the
+thread they wait for; ``--omp-wait passive`` runs every peer's process with
+OMP_WAIT_POLICY=PASSIVE (the GPT's 2-thread steps on a machine with 6-8 runnable processes:
+gradc C and PyTorch eager 2.4-4.3 s with the default policy). Optimizer:
 AdamW(lr 1e-3, weight_decay 0.01) by default, or SGD(lr 0.01, momentum 0.9) or Adam(lr 1e-3), on
 every side (PyTorch's optimizers with their defaults: on CPU tensors the per-parameter loop);
 dropout p=0; every step trains on the same batch.
@@ -43,6 +53,10 @@ resnet18 and the MLP at ``--width 8 --size 32`` the count equals torch.utils.flo
 for PyTorch's forward + backward). The peak is measured once per run by benchmarks/bench_gemm.py's
 register-only C loop on T threads: with separate vector multiplies and adds (the ceiling of
 gradc's ``-ffp-contract=off`` code) and with FMAs; "% peak" is gradc C's GFLOP/s over each.
+The memory bandwidth is a STREAM triad's (benchmarks/stream_triad.c through bench_kernels.py's
+probe, 3 arrays of 16 Mi floats, T threads, best of 5). Both are measured before the models,
+on the machine as loaded as it is then: the load averages and the CPU time other processes
+took during the run are printed with them.
 
 Memory: gradc C's planned arena of intermediates (``tr.executable.arena_bytes``, allocated once
 and reused by every step) and its state (parameters, optimizer state, running statistics:
@@ -58,7 +72,9 @@ second Trainer with ``profile=True`` (a clock read around every kernel, so it ne
 timed rounds), makes untimed steps (at least 3 and 0.5 s), zeroes the counters
 (``executable.profile(reset=True)``), runs ``--profile-steps`` steps and prints its ten slowest
 kernels per model (``executable.profile()``): ms per step, % of the profiled step's wall time,
-and what the kernel computes. Its wall time per step is printed beside the unprofiled median:
+and what the kernel computes; then every kernel grouped by what it computes
+(benchmarks/kernel_groups.py: products, attention, loss, softmax, layer norm, GELU, embedding,
+optimizer, data movement, other). Its wall time per step is printed beside the unprofiled median:
 on a busy machine the two can differ widely (2-thread kernels wait for a descheduled thread).
 
 onnxruntime-training is not timed: it is a separate onnxruntime build (``import
@@ -85,16 +101,18 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 import gradc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_train_step as bts  # noqa: E402  (models, export, peers' steps, one place)
+import bench_kernels  # noqa: E402  (the STREAM triad probe, the CPU-load gauge)
+import gpt_model  # noqa: E402  (the GPT)
+from kernel_groups import group_table  # noqa: E402
 
 load, machine = bts.load, bts.machine   # bench_grads's, re-exported for older imports
 
-MODELS = bts.MODELS
+MODELS = (*bts.MODELS, "gpt")
 C, EAGER, COMPILED = "c", "torch", "compile"
 PEERS = (C, EAGER, COMPILED)
 LABEL = {C: "gradc C", EAGER: "PyTorch eager", COMPILED: "torch.compile"}
@@ -189,6 +207,13 @@ def hwm_growth(before_mib: float) -> float:
 
 # ---------------------------------------------------------------- the peers
 
+def build(name: str, args: argparse.Namespace) -> bts.Model:
+    """One model: the GPT (its batch from ``--batch``) or one of bench_train_step's."""
+    if name == "gpt":
+        return gpt_model.build(gpt_model.Config(batch=args.batch))
+    return bts.build(name, args)
+
+
 def compiled_step(m: bts.Model, args: argparse.Namespace) -> Callable[[], float]:
     """PyTorch's step with ``torch.compile(model)`` (the loss and the optimizer eager)."""
     model = copy.deepcopy(m.torch_model).train()
@@ -196,7 +221,7 @@ def compiled_step(m: bts.Model, args: argparse.Namespace) -> Callable[[], float]
     opt = bts.torch_optimizer(args.optimizer, model.parameters())
 
     def step() -> float:
-        loss = F.cross_entropy(fast(m.x), m.labels)
+        loss = m.torch_loss(fast(m.x), m.labels)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -211,7 +236,8 @@ def profiled(m: bts.Model, args: argparse.Namespace, cache: str | None) -> dict[
     per step."""
     opts: dict[str, Any] = {"cache_dir": cache} if cache is not None else {}
     tr = gradc.Trainer(m.graph, bts.gradc_optimizer(args.optimizer), loss="cross_entropy",
-                       target="c", threads=args.threads, profile=True, **opts)
+                       target="c", threads=args.threads, profile=True,
+                       class_axis=m.class_axis, **opts)
     batch = {"x": m.x.numpy(), "labels": m.labels.numpy()}
     t0, n = time.perf_counter(), 0
     while n < 3 or (time.perf_counter() - t0 < 0.5 and n < 100):   # past the compiler's load
@@ -222,14 +248,16 @@ def profiled(m: bts.Model, args: argparse.Namespace, cache: str | None) -> dict[
     for _ in range(args.profile_steps):
         tr.step(**batch)
     wall = (time.perf_counter() - t0) / args.profile_steps
-    return {"kernels": tr.executable.profile(), "wall_s": wall, "steps": args.profile_steps}
+    logits = "x".join(str(d) for d in m.graph.outputs[0].type.shape)
+    return {"kernels": tr.executable.profile(), "wall_s": wall, "steps": args.profile_steps,
+            "logits": logits}
 
 
 def worker(conn: Any, name: str, key: str, args: argparse.Namespace, cache: str | None) -> None:
     """One peer in its own process: build and warm it up, then answer the parent's requests
     ("steps", n) and ("stop",) (the C peer then runs the profile) until told to stop."""
     torch.set_num_threads(args.threads)
-    m = bts.build(name, args)
+    m = build(name, args)
     info: dict[str, Any] = {"params": m.params}
     t0 = time.perf_counter()
     try:
@@ -319,7 +347,7 @@ def run_model(name: str, args: argparse.Namespace, cache: str | None) -> dict[st
         p = Peer(conn=parent, proc=ctx.Process(target=worker,
                                                args=(child, name, key, args, cache)))
         saved = os.environ.get("OMP_WAIT_POLICY")
-        if key == COMPILED and args.compile_omp_wait == "passive":
+        if (key == COMPILED and args.compile_omp_wait == "passive") or args.omp_wait == "passive":
             os.environ["OMP_WAIT_POLICY"] = "PASSIVE"   # read by the child's OpenMP runtimes
         try:
             p.proc.start()
@@ -456,6 +484,8 @@ def profile_tables(results: dict[str, dict[str, Peer]]) -> list[str]:
             s = k["seconds"] / steps
             out.append(f"| {k['kernel']} | {1e3 * s:.3f} | {100 * s / wall:.1f} | "
                        f"{k['calls'] / steps:g} | {k['what'].replace('|', '/')} |")
+        out += ["", "Every kernel, grouped:", "",
+                *group_table(prof["kernels"], steps, wall, prof.get("logits"))]
     return out
 
 
@@ -475,8 +505,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--compile-omp-wait", choices=("passive", "default"), default="passive",
                     help="OMP_WAIT_POLICY of torch.compile's process: passive (default; its "
                     "two OpenMP thread pools spin against each other otherwise) or the default")
+    ap.add_argument("--omp-wait", choices=("default", "passive"), default="default",
+                    help="OMP_WAIT_POLICY of every peer's process: unchanged (default) or "
+                    "passive (threads sleep at once at a barrier: for a loaded machine)")
     ap.add_argument("--profile-steps", type=int, default=6,
                     help="steps of gradc C's profiled run (default 6)")
+    ap.set_defaults(models=",".join(MODELS))
     args = ap.parse_args(argv)
     args.models = [s for s in args.models.split(",") if s]
     bad = sorted(set(args.models) - set(MODELS))
@@ -492,7 +526,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     start, load_before = time.perf_counter(), load()
     print("[bench] measuring the peak ...", file=sys.stderr, flush=True)
+    cpu = bench_kernels.CpuLoad()
     peak_ma, peak_fma = peaks(args.threads)
+    triad = bench_kernels.Triad(1 << 24, [args.threads])
+    triad.probe(5)
     ort_note = ort_training()
     results: dict[str, dict[str, Peer]] = {}
     with tempfile.TemporaryDirectory(prefix="gradc-bench-cc-") as cache:
@@ -506,15 +543,19 @@ def main(argv: list[str] | None = None) -> None:
            *machine(args.threads),
            f"- peak single precision, {args.threads} threads (bench_gemm.py's register-only "
            f"loop, best of 5): mul+add {peak_ma:.1f} GFLOP/s, FMA {peak_fma:.1f} GFLOP/s",
+           f"- memory bandwidth, {args.threads} threads (STREAM triad of stream_triad.c, 3 "
+           f"arrays of 16 Mi floats, best of 5): {triad.bandwidth(args.threads):.1f} GB/s",
            f"- batch {args.batch}, CNN input 3x{args.size}x{args.size} (MLP 3x32x32), width "
            f"divisor {args.width}; optimizer {opt}; dropout p=0",
            f"- timing: one process per peer; warm-up 1 step (torch.compile: "
            f"{args.compile_warmup}; its process with OMP_WAIT_POLICY "
-           f"{'PASSIVE' if args.compile_omp_wait == 'passive' else 'unchanged'}), then "
+           f"{'PASSIVE' if args.compile_omp_wait == 'passive' else 'unchanged'}; every "
+           f"peer's: {'PASSIVE' if args.omp_wait == 'passive' else 'unchanged'}), then "
            f"{args.rounds} interleaved rounds of 1 untimed + "
            f"{args.steps} timed steps per peer (rotating order, one peer at a time); whole "
            f"run {time.perf_counter() - start:.0f} s",
-           f"- load average (1/5/15 min): before {load_before}, after {load()}",
+           f"- load average (1/5/15 min): before {load_before}, after {load()}; "
+           f"{cpu.summary()}",
            f"- {ort_note}", "",
            "Legend: ms per step median / min of the timed steps; eager / C and compile / C = "
            "PyTorch's median / gradc C's median (above 1: gradc is faster); GFLOP/step counts "

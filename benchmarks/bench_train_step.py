@@ -99,6 +99,8 @@ class Model:
     labels: torch.Tensor
     torch_model: torch.nn.Module
     params: int
+    class_axis: int = 1   # the logits' class axis (gradc's Trainer(class_axis=...))
+    torch_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.cross_entropy
 
 
 def build(name: str, args: argparse.Namespace) -> Model:
@@ -170,7 +172,7 @@ def make_step(m: Model, key: str, args: argparse.Namespace, cache: str | None
         opt = torch_optimizer(args.optimizer, model.parameters())
 
         def torch_step() -> float:
-            loss = F.cross_entropy(model(m.x), m.labels)
+            loss = m.torch_loss(model(m.x), m.labels)
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
@@ -181,7 +183,7 @@ def make_step(m: Model, key: str, args: argparse.Namespace, cache: str | None
     if key == "c" and cache is not None:
         opts["cache_dir"] = cache
     tr = gradc.Trainer(m.graph, gradc_optimizer(args.optimizer), loss="cross_entropy",
-                       target=key, **opts)
+                       target=key, class_axis=m.class_axis, **opts)
     batch = {"x": m.x.numpy(), "labels": m.labels.numpy()}
     if sorted(tr.batch_names) != sorted(batch):
         raise gradc.GradcError(f"Trainer: unexpected batch names {tr.batch_names}")

@@ -15,7 +15,7 @@ from gradc.errors import (GradcError, InputError, ParseError, ResourceError, Uns
 
 if TYPE_CHECKING:
     from gradc import ops
-    from gradc.api import compile, from_onnx, grad, to_onnx
+    from gradc.api import compile, from_onnx, grad, grad_names, to_onnx
     from gradc.executable import Executable
     from gradc.ir.core import Graph, Node, Value
     from gradc.ir.parser import parse
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from gradc import optim
     from gradc.training import training_step
     from gradc.trainer import Trainer
+    from gradc.torch_frontend import from_torch
 
 __version__ = "0.1.0"
 
@@ -32,16 +33,19 @@ _LAZY = {
     "Graph": "gradc.ir.core", "Node": "gradc.ir.core", "Value": "gradc.ir.core",
     "DType": "gradc.ir.types", "TensorType": "gradc.ir.types", "parse": "gradc.ir.parser",
     "ops": "gradc.ops", "examples": "gradc.examples", "Executable": "gradc.executable",
-    "compile": "gradc.api", "grad": "gradc.api", "from_onnx": "gradc.api",
+    "compile": "gradc.api", "grad": "gradc.api", "grad_names": "gradc.api",
+    "from_onnx": "gradc.api",
     "to_onnx": "gradc.api", "optimize": "gradc.passes", "Optimized": "gradc.passes",
     "optim": "gradc.optim", "training_step": "gradc.training", "Trainer": "gradc.trainer",
+    "from_torch": "gradc.torch_frontend",
 }
 
 __all__ = [
     "GradcError", "InputError", "ParseError", "ResourceError", "UnsupportedError", "VerifyError",
     "Graph", "Node",
     "Value", "DType", "TensorType", "ops", "parse", "compile", "Executable", "optimize",
-    "Optimized", "grad", "from_onnx", "to_onnx", "optim", "training_step", "Trainer",
+    "Optimized", "grad", "grad_names", "from_onnx", "to_onnx", "optim", "training_step", "Trainer",
+    "from_torch",
 ]
 
 

@@ -6,12 +6,14 @@ from typing import Any, Mapping, Sequence
 
 import onnx
 
+from gradc.autodiff import GradNames
 from gradc.autodiff import grad as _grad
+from gradc.autodiff import grad_names as _grad_names
 from gradc.backends import TARGETS
 from gradc.backends.onnx.importer import from_onnx as _from_onnx
 from gradc.backends.onnx.target import to_onnx as _to_onnx
 from gradc.errors import GradcError, VerifyError
-from gradc.executable import Executable
+from gradc.executable import Executable, check_addressable
 from gradc.ir.core import Graph, parameters_as_inputs
 from gradc.ir.ops.registry import show_value
 from gradc.ir.types import MAX_DIM
@@ -47,6 +49,9 @@ def _prepare(graph: Graph, target: str, passes: str | Sequence[str] | None,
     _check_free_symbols(graph)
     opt = optimize(graph, passes, instruments=instruments, verify_each=verify_each,
                    symbols=bound)
+    # Sizes beyond what any target addresses are refused here, once, before a target computes
+    # offsets, literals or allocations from them.
+    check_addressable(opt.graph, bound)
     return opt, bound
 
 
@@ -75,7 +80,8 @@ def compile(graph: Graph, target: str = "c", passes: str | Sequence[str] | None 
     lowered = TARGETS[target].lower(parameters_as_inputs(opt.graph), bound, **options)
     return Executable(opt.graph, target, lowered.runner, bound, source=lowered.source,
                       model=lowered.model, contiguous=lowered.contiguous, report=opt.report,
-                      in_place=lowered.in_place)
+                      in_place=lowered.in_place, foreign=lowered.foreign,
+                      exact=TARGETS[target].exact and lowered.exact)
 
 
 def artifact(graph: Graph, target: str, passes: str | Sequence[str] | None = "default",
@@ -86,7 +92,7 @@ def artifact(graph: Graph, target: str, passes: str | Sequence[str] | None = "de
     return TARGETS[target].artifact(parameters_as_inputs(opt.graph), bound)
 
 
-__all__ = ["compile", "artifact", "grad", "from_onnx", "to_onnx", "GradcError"]
+__all__ = ["compile", "artifact", "grad", "grad_names", "from_onnx", "to_onnx", "GradcError"]
 
 
 def grad(graph: Graph, wrt: str | Sequence[str] | None = None) -> Graph:
@@ -95,6 +101,13 @@ def grad(graph: Graph, wrt: str | Sequence[str] | None = None) -> Graph:
     ``wrt``: "inputs" (the default), "parameters", "all" or a list of input/parameter names.
     """
     return _grad(graph, wrt)
+
+
+def grad_names(graph: Graph, wrt: str | Sequence[str] | None = None) -> GradNames:
+    """The names ``grad(graph, wrt)`` gives its cotangent inputs (``.cotangents``: output name
+    -> input name) and gradient outputs (``.gradients``: differentiated name -> output name):
+    ``grad_<name>``, or ``grad_<name>_1``, ``_2``, ... where the graph already uses it."""
+    return _grad_names(graph, wrt)
 
 
 def from_onnx(model_or_path: Any) -> Graph:

@@ -6,11 +6,19 @@ The result has the forward inputs followed by one cotangent input
 outputs followed by ``grad_<name>`` for each input or parameter in ``wrt``. It is built from
 each operator's ``vjp`` rule, so the graph can be printed, optimized, exported and compiled like
 any other.
+
+Names (``grad_names``, the one place that makes them): ``grad_<name>`` when no value of the
+graph has that name; otherwise the first of ``grad_<name>_1``, ``grad_<name>_2``, ... that is
+free. Names are given in order, the cotangent inputs (in output order) first, then the
+gradient outputs (in ``wrt`` order), and a name given earlier counts as taken. So a graph that
+already has values named ``grad_*`` (a training graph differentiated again) differentiates;
+whoever needs the names (``gradc check --grad``, ``training_step``) asks ``grad_names``.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -56,6 +64,41 @@ def _wrt(graph: Graph, wrt: str | Sequence[str] | None) -> list[Value]:
     return out
 
 
+@dataclass(frozen=True)
+class GradNames:
+    """The names ``grad`` gives its new values (module docstring)."""
+
+    cotangents: Mapping[str, str]  # forward output name -> its cotangent input's name
+    gradients: Mapping[str, str]  # differentiated input or parameter -> its gradient output
+
+
+def grad_names(graph: Graph, wrt: str | Sequence[str] | None = None) -> GradNames:
+    """The cotangent input and gradient output names of ``grad(graph, wrt)``."""
+    if not isinstance(graph, Graph):
+        raise VerifyError(f"grad: graph: expected a gradc.Graph, got {type(graph).__name__}")
+    targets = [v.name for v in _wrt(graph, wrt)]
+    taken = {v.name for v in graph.values()}
+
+    def fresh(name: str) -> str:
+        base = candidate = f"grad_{name}"
+        k = 0
+        while candidate in taken:
+            k += 1
+            candidate = f"{base}_{k}"
+        taken.add(candidate)
+        return candidate
+
+    cotangents = {v.name: fresh(v.name) for v in _seeded(graph)}
+    gradients = {n: fresh(n) for n in targets}
+    return GradNames(cotangents, gradients)
+
+
+def _seeded(graph: Graph) -> list[Value]:
+    """The outputs that get a cotangent input: floating point, not a state update."""
+    state = set(state_outputs(graph).values())  # `<param>.next` outputs: not differentiated
+    return [v for v in graph.outputs if v.type.dtype.is_float and v not in state]
+
+
 def _accumulate(cot: dict[Value, Value], v: Value, g: Value | None) -> None:
     if g is None or not v.type.dtype.is_float:
         return  # integer values carry no gradient
@@ -74,29 +117,21 @@ def grad(graph: Graph, wrt: str | Sequence[str] | None = None) -> Graph:
     """The VJP graph of ``graph`` with respect to ``wrt`` (default: every floating input).
 
     ``wrt``: "inputs", "parameters", "all" or a list of input and parameter names. One
-    cotangent input per floating-point output; the result keeps the parameters.
+    cotangent input per floating-point output, named ``grad_<output>``, and one gradient output
+    per differentiated value, named ``grad_<name>``; where the graph already has a value of
+    that name, ``grad_<name>_1``, ``grad_<name>_2``, ... (the first that is free; ``grad_names``
+    gives them). The result keeps the parameters.
     """
     if not isinstance(graph, Graph):
         raise VerifyError(f"grad: graph: expected a gradc.Graph, got {type(graph).__name__}")
     verify(graph)
-    targets = [v.name for v in _wrt(graph, wrt)]
-    names = {v.name for v in graph.values()}
-    state = set(state_outputs(graph).values())  # `<param>.next` outputs: not differentiated
-    seeded = [v for v in graph.outputs if v.type.dtype.is_float and v not in state]
-    new_names = [f"grad_{v.name}" for v in seeded] + [f"grad_{n}" for n in targets]
-    for n in new_names:
-        if n in names or new_names.count(n) > 1:
-            raise VerifyError(f"grad: {n}: expected a name not used in graph {graph.name!r}, "
-                              "got a clash (rename the value)")
+    names = grad_names(graph, wrt)
     g = graph.copy()
     forward_nodes = len(g.nodes)
     g.name = graph.name if graph.name.endswith("_grad") else f"{graph.name}_grad"
     cot: dict[Value, Value] = {}
-    g_state = set(state_outputs(g).values())
-    for out in g.outputs:
-        if not out.type.dtype.is_float or out in g_state:
-            continue  # integer, bool and uint32 outputs carry no gradient: no cotangent input
-        seed = g.input(f"grad_{out.name}", out.type.dtype, out.type.shape)
+    for out in _seeded(g):  # integer, bool and uint32 outputs carry no gradient
+        seed = g.input(names.cotangents[out.name], out.type.dtype, out.type.shape)
         _accumulate(cot, out, seed)
     for node in reversed(list(g.nodes)):
         grads = [cot.get(v) for v in node.outputs]
@@ -110,9 +145,9 @@ def grad(graph: Graph, wrt: str | Sequence[str] | None = None) -> Graph:
             _accumulate(cot, v, dv)
     by_name: dict[str, Value] = {v.name: v for v in g.inputs}
     by_name.update((p.name, p) for p in g.parameters)
-    for name in targets:
+    for name, out_name in names.gradients.items():
         v = by_name[name]
-        g.output(cot[v] if v in cot else zeros_like(v), f"grad_{name}")
+        g.output(cot[v] if v in cot else zeros_like(v), out_name)
     _drop_unused_backward(g, forward_nodes)
     return g
 

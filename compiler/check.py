@@ -26,11 +26,13 @@ import numpy as np
 
 from gradc.api import compile
 from gradc.api import grad as make_grad
+from gradc.api import grad_names
 from gradc.backends import TARGETS as ALL_TARGETS
 from gradc.errors import GradcError, UnsupportedError
 from gradc.executable import check_sizes, memory_limit
 from gradc.ir.core import Graph, Value
 from gradc.ir.types import TensorType
+from gradc.ir.ops.gather import index_size
 from gradc.ir.ops.registry import get_op, make_node
 
 TARGETS = tuple(k for k in ALL_TARGETS if k != "reference")  # each compared with the reference
@@ -49,6 +51,7 @@ def random_inputs(g: Graph, shapes: Mapping[str, int],
     bindings = {s: shapes.get(s, 2) for v in g.inputs for s in v.type.symbols}
     check_sizes(g, bindings, memory_limit())
     rng = np.random.default_rng(seed)
+    limits = _index_limits(g, bindings)
     out = {}
     for v in list(g.inputs) + [p for p in g.parameters if p.value is None]:
         shape = tuple(shapes.get(d, 2) if isinstance(d, str) else d for d in v.type.shape)
@@ -59,8 +62,21 @@ def random_inputs(g: Graph, shapes: Mapping[str, int],
             out[v.name] = rng.integers(0, 2, shape).astype(dt)
         else:
             info = np.iinfo(dt)
-            out[v.name] = rng.integers(max(info.min, -100), min(info.max, 100) + 1, shape,
-                                       dtype=dt)
+            lo, hi = max(info.min, -100), min(info.max, 100)
+            if v in limits:  # indices of a gather: within range (SPEC-transformers §26.3)
+                lo, hi = max(lo, -limits[v]), min(hi, limits[v] - 1)
+            out[v.name] = rng.integers(lo, hi + 1, shape, dtype=dt)
+    return out
+
+
+def _index_limits(g: Graph, bindings: Mapping[str, int]) -> dict[Value, int]:
+    """The inputs that ops checking their indices when run read as ``indices`` (gather), and
+    the smallest size their values must lie within (``-size..size-1``)."""
+    out: dict[Value, int] = {}
+    for n in g.nodes:
+        if n.body is None and n.op != "constant" and get_op(n.op).raises_input_error:
+            v = n.inputs[get_op(n.op).operands.index("indices")]
+            out[v] = min(out.get(v, index_size(n, bindings)), index_size(n, bindings))
     return out
 
 
@@ -102,17 +118,19 @@ def compare_targets(g: Graph, targets: Sequence[str], shapes: Mapping[str, int],
     ref = compile(g, target="reference", passes=None)(**feeds)
     rows = [f"{'target':10} {'output':24} {'max |diff|':>12}  status"]
     ok = True
-    libm = uses_transcendental(g)  # the C target's libm may differ by ulps (§9.5)
+    libm = uses_transcendental(g)  # the C and CUDA targets' libm may differ by ulps (§9.5)
     floors = output_scales(ref)
     for t in targets:
         try:
-            out = compile(g, target=t)(**feeds)
+            ex = compile(g, target=t)
+            out = ex(**feeds)
         except UnsupportedError as e:
             rows.append(f"{t:10} {'-':24} {'-':>12}  skipped ({str(e).splitlines()[0]})")
             continue
         for name, want in ref.items():
             err, good = max_error(out[name], want, floors.get(want.dtype.str, 0.0))
-            if ALL_TARGETS[t].exact and not (t == "c" and libm):
+            # ex.exact: no sum reordered by an option (the cuda target's sums="split")
+            if ex.exact and not (t in ("c", "cuda") and libm):
                 # canonical order and roundings: bit for bit (§1.6)
                 good = identical(out[name], want)
                 status = "bit-exact" if good else "MISMATCH (expected bit-exact)"
@@ -178,28 +196,31 @@ def to_float64(g: Graph) -> Graph:
 
 def finite_differences(g: Graph, shapes: Mapping[str, int], seed: int = 0,
                        points: int = 6, h: float = 1e-6) -> list[tuple[str, float, float]]:
-    """(name, largest |analytic - numeric|, scale) per differentiated input and parameter."""
+    """(gradient output name, largest |analytic - numeric|, scale) per differentiated input
+    and parameter."""
     g64 = to_float64(g)
     t = make_grad(g64, "all")
+    names = grad_names(g64, "all")
     feeds = random_inputs(g64, dict(shapes), seed)
     values = {**{p.name: p.value for p in g64.parameters if p.value is not None}, **feeds}
     rng = np.random.default_rng(seed + 1)
-    cot = {f"grad_{v.name}": rng.standard_normal(
-        [shapes.get(d, 2) if isinstance(d, str) else d for d in v.type.shape]).astype(
-        v.type.dtype.numpy) for v in g64.outputs if v.type.dtype.is_float}
+    by_output = {v.name: v for v in g64.outputs}
+    cot = {out: rng.standard_normal(
+        [shapes.get(d, 2) if isinstance(d, str) else d for d in by_output[out].type.shape]
+    ).astype(by_output[out].type.dtype.numpy) for out in names.cotangents}
     fwd = compile(g64, target="reference", passes=None)
-    grads = compile(t, target="reference", passes=None)(**feeds, **cot)
+    grads = compile(t, target="reference", passes=None)(
+        **feeds, **{names.cotangents[out]: c for out, c in cot.items()})
 
     def loss(f: dict) -> float:
         out = fwd(**f)
-        return sum(float(np.sum(out[v.name].astype(np.float64) * cot[f"grad_{v.name}"]))
-                   for v in g64.outputs if v.type.dtype.is_float)
+        return sum(float(np.sum(out[name].astype(np.float64) * c)) for name, c in cot.items())
 
     rows = []
     base = loss(values)
     for v, count in _fd_values(g64, points):
         x = values[v.name]
-        analytic = grads[f"grad_{v.name}"]
+        analytic = grads[names.gradients[v.name]]
         worst = 0.0
         for _ in range(count):
             i = tuple(rng.integers(0, n) for n in x.shape)
@@ -215,7 +236,7 @@ def finite_differences(g: Graph, shapes: Mapping[str, int], seed: int = 0,
             a = float(analytic[i])
             worst = max(worst, abs(num - a) if np.isfinite(a) else float("inf"))
         finite = analytic[np.isfinite(analytic)]
-        rows.append((v.name, worst, float(np.abs(finite).max(initial=0.0))))
+        rows.append((names.gradients[v.name], worst, float(np.abs(finite).max(initial=0.0))))
     return rows
 
 
@@ -246,6 +267,6 @@ def run_check(g: Graph, grad: bool = False, shapes: Mapping[str, int] | None = N
         for name, err, scale in finite_differences(g, shapes, seed):
             good = err <= 1e-5 * (1 + scale)
             ok &= good
-            print(f"  grad_{name:20} max |diff| {err:.3e}  {'ok' if good else 'MISMATCH'}")
+            print(f"  {name:25} max |diff| {err:.3e}  {'ok' if good else 'MISMATCH'}")
     print("all targets agree" if ok else "DISAGREEMENT beyond tolerance")
     return 0 if ok else 1

@@ -15,19 +15,25 @@ from gradc.api import artifact, compile, from_onnx, grad, to_onnx
 from gradc.backends import TARGETS
 from gradc.backends.c.emit import ARENA_LINE
 from gradc.check import compare_targets, random_inputs, run_check
+from gradc.cli_args import seed as _seed
 from gradc.cli_train import add_parsers as add_train_parsers
 from gradc.errors import GradcError
 from gradc.examples import EXAMPLES, example
-from gradc.files import write_bytes_atomically
+from gradc.files import check_input_file, check_output_file, write_bytes_atomically, wrote
 from gradc.ir.core import Graph
 from gradc.ir.types import MAX_DIM
 from gradc.ir.parser import parse
 from gradc.passes import instruments_from_flags
 from gradc.show import show
+from gradc.torch_frontend import load_pt2
 from gradc.ir.verify import verify
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 70
+# Every option that names a file a command reads or writes: checked before any work (main).
+INPUT_FILES = (("file", ""), ("parameters", "--parameters"), ("data", "--data"),
+               ("val_data", "--val-data"), ("resume", "--resume"))
+OUTPUT_FILES = (("output", "-o"), ("curve", "--curve"), ("checkpoint", "--checkpoint"))
 
 
 class CliError(GradcError):
@@ -38,8 +44,7 @@ def load_parameters(path: str | None) -> dict[str, np.ndarray] | None:
     """The arrays of a ``--parameters`` file (``.npz``: one array per parameter name)."""
     if path is None:
         return None
-    if not os.path.isfile(path):
-        raise CliError(f"{path}: no such file")
+    check_input_file(path)
     try:
         with np.load(path, allow_pickle=False) as data:
             return {k: data[k] for k in data.files}
@@ -49,17 +54,16 @@ def load_parameters(path: str | None) -> dict[str, np.ndarray] | None:
 
 
 def load_graph(path: str, parameters: str | None = None) -> Graph:
-    """Read a graph from ``example:NAME``, a ``.onnx`` file or a text-IR file (whose parameter
-    values come from the ``parameters`` .npz file; without it, they have none)."""
+    """Read a graph from ``example:NAME``, a ``.onnx`` file, a ``.pt2`` file (written by
+    ``torch.export.save``; read with ``gradc.from_torch``'s translation) or a text-IR file
+    (whose parameter values come from the ``parameters`` .npz file; without it, they have
+    none)."""
     if path.startswith("example:"):
         return example(path[len("example:"):])
-    if not os.path.exists(path):
-        raise CliError(f"{path}: no such file")
-    if os.path.isdir(path):
-        raise CliError(f"{path}: is a directory")
-    if path.endswith(".onnx"):
+    check_input_file(path)
+    if path.endswith((".onnx", ".pt2")):
         try:
-            return from_onnx(path)
+            return from_onnx(path) if path.endswith(".onnx") else load_pt2(path)
         except GradcError as e:
             if str(e).startswith(path):
                 raise
@@ -155,9 +159,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_print(args: argparse.Namespace) -> int:
     g = _load(args)
     if args.output:
-        written = write_graph(args.output, g, as_text=True)
-        if written != args.output:
-            print(f"wrote {written}", file=sys.stderr)
+        wrote(write_graph(args.output, g, as_text=True))
     else:
         sys.stdout.write(str(g) + "\n")
     return 0
@@ -185,7 +187,7 @@ def cmd_grad(args: argparse.Namespace) -> int:
         _check_onnx_agrees(t, parse_shapes(args.shape))
     written = write_graph(args.output, t)
     params = f"; {len(t.parameters)} parameters" if t.parameters else ""
-    print(f"wrote {written}: training graph {t.name!r} with {len(t.nodes)} nodes; inputs "
+    wrote(written, f"training graph {t.name!r} with {len(t.nodes)} nodes; inputs "
           f"{', '.join(v.name for v in t.inputs)}{params}; outputs "
           f"{', '.join(v.name for v in t.outputs)}")
     return 0
@@ -238,7 +240,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 def _write_output(args: argparse.Namespace, data: bytes | str) -> int:
     if args.output:
         write_atomic(args.output, data)
-        print(f"wrote {args.output}", file=sys.stderr)
+        wrote(args.output)
     elif isinstance(data, str):
         sys.stdout.write(data)
     else:
@@ -251,7 +253,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     text = show(g, fmt=args.format, passes=_passes(args), shapes=parse_shapes(args.shape))
     if args.output:
         write_atomic(args.output, text)
-        print(f"wrote {args.output}", file=sys.stderr)
+        wrote(args.output)
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0
@@ -275,15 +277,9 @@ def _instruments(args: argparse.Namespace) -> list:
 
 
 # -- argument parsing ------------------------------------------------------------------------
-def _seed(text: str) -> int:
-    """A --seed value: an integer in [0, 2**63)."""
-    if not re.fullmatch(r"[0-9]{1,19}", text) or int(text) >= 2 ** 63:
-        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**63), got {text!r}")
-    return int(text)
-
-
 def _common(p: argparse.ArgumentParser, passes: bool = False) -> None:
-    p.add_argument("file", help="a .onnx file, a text-IR file, or example:NAME")
+    p.add_argument("file", help="a .onnx file, a .pt2 file (torch.export.save), a text-IR "
+                                "file, or example:NAME")
     p.add_argument("--parameters", metavar="FILE.npz",
                    help="values of a text-IR file's parameters (the text holds none)")
     p.add_argument("--shape", action="append", metavar="NAME=SIZE",
@@ -371,10 +367,23 @@ def _list_examples() -> int:
 def _naming_file(args: argparse.Namespace, msg: str) -> str:
     """The message with the input file in front, unless it already names it."""
     path = getattr(args, "file", None)
-    data = getattr(args, "data", None)
-    if not path or msg.startswith(path) or (data and msg.startswith(data)):
-        return msg  # already names the file (or the data file of `gradc train`)
+    named = [getattr(args, dest, None) for dest, _ in INPUT_FILES + OUTPUT_FILES]
+    if not path or any(n and msg.startswith(n) for n in named):
+        return msg  # already names the file (or a data or output file of the command)
     return f"{path}: {msg}"
+
+
+def check_files(args: argparse.Namespace) -> None:
+    """Every file a command reads exists and every file it writes can be written, before the
+    command does any work (so ``grad --check -o missing/x.onnx`` stops at once)."""
+    for dest, _ in INPUT_FILES:
+        path = getattr(args, dest, None)
+        if path and not (dest == "file" and path.startswith("example:")):
+            check_input_file(path)
+    for dest, flag in OUTPUT_FILES:
+        path = getattr(args, dest, None)
+        if path:
+            check_output_file(path, flag)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -383,6 +392,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     fn: Callable[[argparse.Namespace], int] = args.fn
     try:
+        check_files(args)
         return fn(args)
     except GradcError as e:
         if args.debug:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -39,13 +39,16 @@ def _exact(spec: list[tuple[str, np.dtype, tuple[int, ...]]], arrays: Mapping[st
 
 def bind_inputs(graph: Graph, arrays: Mapping[str, Any], shapes: Mapping[str, int] | None,
                 contiguous: bool = False,
-                spec: list[tuple[str, np.dtype, tuple[int, ...]]] | None = None
-                ) -> dict[str, int]:
+                spec: list[tuple[str, np.dtype, tuple[int, ...]]] | None = None,
+                foreign: Callable[[Any], Any] | None = None) -> dict[str, int]:
     """Check every array against the graph's inputs; return the symbol bindings.
 
     ``spec``: the graph's ``static_signature``; arrays that match it exactly (a training
     loop's every step) pass without the checks that name what is wrong (a step of the MLP
-    passes 22 arrays: about 80 us of checks, a fifth of its step, became a few)."""
+    passes 22 arrays: about 80 us of checks, a fifth of its step, became a few).
+    ``foreign``: the target's description of arrays it takes besides NumPy's (GPU arrays,
+    ``Lowered.foreign``); such an array is checked through its description, which replaces it
+    in ``arrays``."""
     bindings: dict[str, int] = dict(shapes or {})
     if spec is not None and _exact(spec, arrays, contiguous):
         return bindings
@@ -68,8 +71,12 @@ def bind_inputs(graph: Graph, arrays: Mapping[str, Any], shapes: Mapping[str, in
             a = np.asarray(a)
             arrays[v.name] = a  # type: ignore[index]
         if type(a) is not np.ndarray:
-            raise InputError(f"input {v.name!r}: expected a numpy.ndarray, got "
-                             f"{type(a).__name__}")
+            described = foreign(a) if foreign is not None else None
+            if described is None:
+                raise InputError(f"input {v.name!r}: expected a numpy.ndarray"
+                                 f"{' or a GPU array' if foreign else ''}, got "
+                                 f"{type(a).__name__}")
+            a = arrays[v.name] = described  # type: ignore[index]
         want = v.type.dtype.numpy
         if a.dtype != want:
             raise InputError(f"input {v.name!r}: expected dtype {want}, got {a.dtype}")
@@ -87,8 +94,8 @@ def bind_inputs(graph: Graph, arrays: Mapping[str, Any], shapes: Mapping[str, in
                 raise InputError(f"input {v.name!r}: expected shape {_shape(v.type.shape)}, got "
                                  f"{tuple(a.shape)}")
         if contiguous and not a.flags.c_contiguous:
-            raise InputError(f"input {v.name!r}: expected a C-contiguous array, got strides "
-                             f"{a.strides}")
+            got = f"strides {a.strides}" if isinstance(a, np.ndarray) else "a strided GPU array"
+            raise InputError(f"input {v.name!r}: expected a C-contiguous array, got {got}")
     return bindings
 
 
@@ -109,29 +116,63 @@ def memory_limit() -> int:
 
 
 def value_bytes(graph: Graph, bindings: Mapping[str, int]) -> list[tuple[int, Value]]:
-    """(bytes, value) for every value of the graph with the symbols bound, largest first."""
+    """(bytes, value) for every value of the graph with the symbols bound (an unbound symbol
+    counts as 1), largest first; values inside fused bodies included. Exact Python ints: the
+    one size computation of the driver (``check_addressable``, ``check_sizes``)."""
+    values: list[Value] = []
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        values += list(g.inputs) + [o for n in g.nodes for o in n.outputs]
+        stack += [n.body for n in g.nodes if n.body is not None]
     sizes = [(byte_size((bindings.get(d, 1) if isinstance(d, str) else d
-                         for d in v.type.shape), v.type.dtype), v)
-             for v in list(graph.inputs) + [o for n in graph.nodes for o in n.outputs]]
+                         for d in v.type.shape), v.type.dtype), v) for v in values]
     return sorted(sizes, key=lambda p: (-p[0], p[1].producer is None))
+
+
+def check_addressable(graph: Graph, bindings: Mapping[str, int]) -> None:
+    """ResourceError naming the largest value when the bound symbols make it larger than
+    ``MAX_BYTES`` (2**62): no target addresses more (sizes, offsets and index arithmetic are
+    int64 in C, NumPy and onnxruntime), so every size a target computes from these bindings
+    fits in int64 once this passes. ``gradc.compile`` and ``artifact`` run it on the graph they
+    lower with the ``shapes`` given, an Executable on every call's bindings."""
+    sizes = value_bytes(graph, bindings)
+    over = [(n, v) for n, v in sizes if n > MAX_BYTES]
+    if over:  # the first in graph order (an input, where a symbol is too large)
+        order = {id(v): i for i, v in enumerate(graph.values())}
+        nbytes, v = min(over, key=lambda p: order.get(id(p[1]), len(order)))
+        raise ResourceError(f"graph {graph.name!r}: value {_bound(v, bindings)} is "
+                            f"{fmt_bytes(nbytes)}, more than the 2**62 bytes a tensor may "
+                            f"hold (the most any target can address)")
+    # A target may hold every value at once (the C target's arena of intermediates, the
+    # reference's environment): their total must be addressable too.
+    top = {id(v) for v in graph.values()}
+    total = sum(n for n, v in sizes if id(v) in top)
+    if total > MAX_BYTES:
+        nbytes, v = sizes[0]
+        raise ResourceError(f"graph {graph.name!r}: its values total {fmt_bytes(total)}, more "
+                            f"than the 2**62 bytes a program can address (the largest: value "
+                            f"{_bound(v, bindings)}, {fmt_bytes(nbytes)})")
+
+
+def _bound(v: Value, bindings: Mapping[str, int]) -> str:
+    """``%x: f32[N,3] with N=...`` for messages."""
+    syms = ", ".join(f"{s}={bindings[s]}" for s in v.type.symbols if s in bindings)
+    return f"{fmt_name(v.name)}: {fmt_type(v.type)}" + (f" with {syms}" if syms else "")
 
 
 def check_sizes(graph: Graph, bindings: Mapping[str, int], limit: int) -> None:
     """InputError when a symbol of the graph is bound by no input (``random_generator``'s
-    ``output_sizes`` may name one) or when the bound symbols make a value too large for any
-    machine (2**62 bytes, where int64 index arithmetic would wrap); ResourceError when it is
-    larger than ``limit``."""
+    ``output_sizes`` may name one); ResourceError when the bound symbols make a value too large
+    for any machine (``check_addressable``) or larger than ``limit``."""
     for v in graph.values():
         unbound = [s for s in v.type.symbols if s not in bindings]
         if unbound:
             raise InputError(f"graph {graph.name!r}: symbol {unbound[0]!r} (in the type of "
                              f"{fmt_name(v.name)}: {fmt_type(v.type)}) is the size of no "
                              f"input")
+    check_addressable(graph, bindings)
     for nbytes, v in value_bytes(graph, bindings):
-        if nbytes > MAX_BYTES:
-            syms = ", ".join(f"{s}={bindings[s]}" for s in v.type.symbols if s in bindings)
-            raise InputError(f"value {fmt_name(v.name)}: {fmt_type(v.type)} with {syms} is "
-                             f"{fmt_bytes(nbytes)}, more than the 2**62 bytes a tensor may hold")
         if nbytes > limit:
             raise ResourceError(_too_big(graph, v, nbytes, f"this machine's memory "
                                          f"({fmt_bytes(limit)})"))
@@ -158,8 +199,12 @@ class Executable:
     def __init__(self, graph: Graph, target: str, runner: Runner,
                  shapes: Mapping[str, int] | None = None, source: str | None = None,
                  model: Any = None, contiguous: bool = False, report: list | None = None,
-                 in_place: Mapping[str, str] | None = None) -> None:
+                 in_place: Mapping[str, str] | None = None,
+                 foreign: Callable[[Any], Any] | None = None, exact: bool = True) -> None:
         self.graph = graph
+        # True when the program keeps the canonical order of every sum (on an exact target:
+        # the reference's bits); False when an option reordered some (SPEC-training §9.5).
+        self.exact = exact
         # Outputs that a call writes into the array passed for an input (the C target's
         # ``update_in_place``): output name -> input or parameter name.
         self.in_place: dict[str, str] = dict(in_place or {})
@@ -170,6 +215,7 @@ class Executable:
         self._runner = runner
         self._shapes = dict(shapes or {})
         self._contiguous = contiguous
+        self._foreign = foreign  # GPU arrays the target takes as inputs (Lowered.foreign)
         self.parameters: dict[str, np.ndarray] = {p.name: p.value for p in graph.parameters
                                                   if p.value is not None}
         self._signature = parameters_as_inputs(graph)
@@ -186,7 +232,7 @@ class Executable:
                 # caller passes the array to update (gradc.Trainer does).
                 arrays[name] = value.copy() if name in overwritten else value
         bindings = bind_inputs(self._signature, arrays, self._shapes, self._contiguous,
-                               self._static)
+                               self._static, self._foreign)
         # The sizes follow from the bindings alone: checked once per set of bindings (a
         # training loop calls with the same shapes every step).
         key = tuple(sorted(bindings.items()))
@@ -205,8 +251,9 @@ class Executable:
 
     @property
     def arena_bytes(self) -> int | None:
-        """Bytes of the C target's planned arena of intermediate values (allocated once and
-        reused by every call); None for other targets or when a shape is symbolic."""
+        """Bytes of the planned arena (allocated once and reused by every call): the C
+        target's intermediate values, the CUDA target's whole device arena; None for other
+        targets or when a shape is symbolic."""
         return getattr(self._runner, "arena_bytes", None)
 
     def profile(self, reset: bool = False) -> list[dict]:
@@ -222,3 +269,64 @@ class Executable:
 
     def __repr__(self) -> str:
         return f"<Executable {self.graph.name} target={self.target}>"
+
+
+Bindings = tuple[tuple[str, int], ...]  # (symbol, size) pairs, in the order of ``free``
+
+
+class SizedExecutables:
+    """Executables of one graph, each compiled for the sizes its calls bind, made on first use.
+
+    A graph whose sizes are symbolic runs on the C target with every intermediate value
+    allocated per call; compiled with its symbols bound (``compile(shapes=...)``) it plans them
+    in one arena that every later call reuses. A training loop calls with one batch size, and
+    perhaps a smaller last batch: ``select`` compiles one executable per set of sizes the
+    arrays give the symbols that ``shapes`` leaves ``free``, up to ``limit`` sets; calls with
+    any further set share one executable compiled with those symbols free, so a loop over
+    many sizes compiles at most ``limit + 1`` times. ``limit=0``: never bind (one executable,
+    compiled with ``shapes`` alone, for targets that plan nothing from sizes). ``make(shapes)``
+    compiles (``gradc.compile`` with every other option fixed)."""
+
+    def __init__(self, graph: Graph, make: Callable[[dict[str, int]], Executable],
+                 shapes: Mapping[str, int] | None = None, limit: int = 4) -> None:
+        self.graph = graph
+        self._make = make
+        self._shapes = dict(shapes or {})
+        symbols = {s for v in graph.inputs for s in v.type.symbols}
+        self.free = sorted(symbols - set(self._shapes))
+        self.limit = limit
+        self.executables: dict[Bindings, Executable] = {}  # () for the unbound one
+        self._by_shapes: dict[tuple, Executable] = {}  # the arrays' shapes -> executable
+        self.last: Executable | None = None  # the executable of the last ``select``
+        if not self.free or limit <= 0:  # one executable for every call: compiled now
+            self.last = self._unbound()
+
+    def _unbound(self) -> Executable:
+        exe = self.executables.get(())
+        if exe is None:
+            exe = self.executables[()] = self._make(dict(self._shapes))
+        return exe
+
+    def select(self, arrays: Mapping[str, Any]) -> Executable:
+        """The executable for these arrays (the graph's inputs), compiled now if needed. The
+        sizes are checked first (``bind_inputs``: an InputError compiles nothing)."""
+        shapes = tuple(getattr(arrays.get(v.name), "shape", None) for v in self.graph.inputs)
+        exe = self._by_shapes.get(shapes)
+        if exe is None:
+            exe = self._select(arrays)
+            if len(self._by_shapes) < 64:
+                self._by_shapes[shapes] = exe
+        self.last = exe
+        return exe
+
+    def _select(self, arrays: Mapping[str, Any]) -> Executable:
+        if not self.free or self.limit <= 0:
+            return self._unbound()
+        bound = bind_inputs(self.graph, dict(arrays), self._shapes)
+        key = tuple((s, bound[s]) for s in self.free)
+        exe = self.executables.get(key)
+        if exe is None:
+            if sum(1 for k in self.executables if k) >= self.limit:
+                return self._unbound()
+            exe = self.executables[key] = self._make({**self._shapes, **dict(key)})
+        return exe

@@ -7,6 +7,10 @@ target with ``os.replace`` (atomic on POSIX and Windows); then the folder is fsy
 system allows, so that the rename itself survives a crash. On any failure, Ctrl-C included, the
 temporary file is removed and the old file is left as it was.
 
+``check_input_file``, ``check_output_file`` and ``wrote`` are the command line's one check of a
+file it reads, one check of a file it will write (before any work), and one report of a file it
+wrote (on stdout).
+
 (``gradc.backends.c.build`` keeps its own small writer for its compile cache: a backend may not
 import the driver, and a lost cache entry only costs a recompile.)
 """
@@ -15,6 +19,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+
+from gradc.errors import InputError
 
 TEMP_PREFIX = ".gradc-"  # temporary files start so: hidden, and easy to tell apart
 
@@ -38,6 +44,38 @@ def write_bytes_atomically(path: str | os.PathLike[str], data: bytes) -> None:
             os.unlink(tmp)
         raise
     _fsync_folder(folder)
+
+
+def check_input_file(path: str | os.PathLike[str]) -> None:
+    """InputError unless ``path`` names a file that can be read: the one check of every file
+    gradc reads for the user, so that each says what is wrong in the same words."""
+    target = os.fspath(path)
+    if os.path.isdir(target):
+        raise InputError(f"{target}: is a directory, expected a file")
+    if not os.path.exists(target):
+        raise InputError(f"{target}: no such file")
+    if not os.path.isfile(target):
+        raise InputError(f"{target}: not a regular file")
+    if not os.access(target, os.R_OK):
+        raise InputError(f"{target}: not readable (permission denied)")
+
+
+def check_output_file(path: str | os.PathLike[str], flag: str = "") -> None:
+    """InputError unless a file can be written at ``path``: its folder exists and the path
+    is not a folder. Commands run it on every output before any work, so that a typo in
+    ``-o`` costs nothing; ``flag`` (``-o``) starts the message."""
+    target = os.fspath(path)
+    what = f"{flag} {target}" if flag else target
+    folder = os.path.dirname(os.path.abspath(target))
+    if not os.path.isdir(folder):
+        raise InputError(f"{what}: folder {folder} does not exist")
+    if os.path.isdir(target):
+        raise InputError(f"{what}: is a directory, expected a file name")
+
+
+def wrote(path: str | os.PathLike[str], what: str = "") -> None:
+    """The one line every command prints on stdout for a file it wrote: ``wrote PATH: what``."""
+    print(f"wrote {os.fspath(path)}" + (f": {what}" if what else ""), flush=True)
 
 
 def write_text_atomically(path: str | os.PathLike[str], text: str) -> None:

@@ -15,22 +15,75 @@ The file is read with ``allow_pickle=False`` (no code from a file runs), and eac
 header is checked against its stored size before its data is allocated. The order of batches
 depends only on the seed and the epoch (``Batches.order``), so a run resumed at epoch ``e`` sees
 the same batches as one that never stopped, and a PyTorch cross-check can feed the same ones.
+
+``check_batch`` is the check of the values that the file and ``gradc.Trainer.step`` share:
+floating-point arrays hold no NaN or infinity, labels lie in the class range (or equal
+``ignore_index``), and labels of the wrong shape say how their shape follows from the model's
+class axis. ``gradc train`` runs it on the whole file before training, ``Trainer.step`` on each
+batch before the step, so that the command line and the Python API refuse the same data.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import zipfile
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 
 from gradc.errors import GradcError, InputError
+from gradc.files import check_input_file
+from gradc.ir.core import Graph
 from gradc.ir.types import DType
 
 Dim = int | str
 ArraySpec = tuple[str, object, Sequence[Dim]]  # (name, dtype as DType/name/NumPy, shape)
+RNG_INPUT = "rng_state"  # the dropout state: a parameter of the step, never data
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """The arrays a training step takes, examples (the batch) on axis 0: the forward inputs,
+    then labels or target; the class count labels lie below, the label that is let through
+    (``ignore_index``), and how the labels' shape follows from the model (for messages)."""
+
+    inputs: tuple[ArraySpec, ...]
+    label: ArraySpec | None = None
+    classes: int | None = None
+    ignore_index: int | None = None
+    label_note: str = ""
+
+    @property
+    def arrays(self) -> tuple[ArraySpec, ...]:
+        """Every array's spec, the label's last."""
+        return (*self.inputs, *([self.label] if self.label is not None else []))
+
+
+def data_spec(forward: Graph, step: Graph, class_axis: int = 1,
+              ignore_index: int | None = None) -> DataSpec:
+    """The data of ``step`` (``gradc.training_step`` of ``forward``): its inputs other than
+    ``step`` and the dropout state; labels below the class count on the first output's
+    ``class_axis``."""
+    fwd = {v.name for v in forward.inputs if v.name != RNG_INPUT}
+    inputs = tuple((v.name, v.type.dtype.name, v.type.shape) for v in step.inputs
+                   if v.name in fwd)
+    extra = [v for v in step.inputs if v.name not in fwd and v.name not in ("step", RNG_INPUT)]
+    if not extra:
+        return DataSpec(inputs)
+    v = extra[0]
+    label = (v.name, v.type.dtype.name, v.type.shape)
+    if v.name != "labels":
+        return DataSpec(inputs, label)
+    first = forward.outputs[0]
+    axis = class_axis % first.type.rank
+    classes = first.type.shape[axis]
+    note = (f"the first output {first.name!r} {_fmt_shape(first.type.shape)} without its class "
+            f"axis {axis}; the class axis is class_axis (--class-axis), e.g. -1 for a "
+            f"language model's [N, T, V] logits")
+    return DataSpec(inputs, label, classes if isinstance(classes, int) else None, ignore_index,
+                    note)
 
 
 @dataclass(frozen=True)
@@ -104,30 +157,52 @@ def load_dataset(path: str | os.PathLike[str], inputs: Sequence[ArraySpec],
     the same for ``labels``/``target`` when a loss is added; ``classes``: the class count that
     labels must lie below (``ignore_index`` also allowed). Raises InputError on any mismatch.
     """
+    return load_data(path, DataSpec(tuple(inputs), label, classes, ignore_index))
+
+
+def load_data(path: str | os.PathLike[str], spec: DataSpec) -> Dataset:
+    """``load_dataset`` with the arrays described by a ``DataSpec``."""
     where = os.fspath(path)
-    specs = [*inputs, *([label] if label is not None else [])]
+    specs = list(spec.arrays)
     raw = _read_npz(where, specs)
     arrays: dict[str, np.ndarray] = {}
     notes: list[str] = []
-    for spec in specs:
-        is_label = label is not None and spec is label
-        arrays[spec[0]] = _check_array(where, spec, raw[spec[0]], is_label, notes)
+    for a in specs:
+        arrays[a[0]] = _check_array(where, a, raw[a[0]], a is spec.label, notes,
+                                    spec.label_note if a is spec.label else "")
     _check_examples(where, specs, arrays)
     _check_symbols(where, specs, arrays)
-    for spec in specs:
-        if arrays[spec[0]].dtype.kind == "f":
-            _check_finite(where, spec[0], arrays[spec[0]])
-    if label is not None and classes is not None:
-        _check_labels(where, label[0], arrays[label[0]], classes, ignore_index)
+    check_batch(where, arrays, spec)
     return Dataset(where, arrays, tuple(notes))
+
+
+def check_batch(where: str, arrays: Mapping[str, object], spec: DataSpec) -> None:
+    """The checks of values that data file and ``Trainer.step`` share (module docstring):
+    InputError naming ``where``, the array, the first bad value and its index. Arrays of
+    another type, dtype or rank are left to the caller's own checks."""
+    if spec.label is not None and spec.label_note:
+        a = arrays.get(spec.label[0])
+        shape = tuple(spec.label[2])
+        if isinstance(a, np.ndarray) and (a.ndim != len(shape) or any(
+                isinstance(d, int) and d != n for d, n in zip(shape[1:], a.shape[1:]))):
+            raise InputError(f"{where}: array {spec.label[0]!r}: expected shape "
+                             f"{_fmt_shape(shape)} ({spec.label_note}), got "
+                             f"{_fmt_shape(a.shape)}")
+    for name, _, _ in spec.arrays:
+        a = arrays.get(name)
+        if isinstance(a, np.ndarray) and a.dtype.kind == "f":
+            _check_finite(where, name, a)
+    if spec.label is not None and spec.classes is not None:
+        a = arrays.get(spec.label[0])
+        if isinstance(a, np.ndarray) and a.dtype.kind in "iu":
+            _check_labels(where, spec.label[0], a, spec.classes, spec.ignore_index)
 
 
 def _read_npz(path: str, specs: Sequence[ArraySpec]) -> dict[str, np.ndarray]:
     names = [s[0] for s in specs]
     if len(set(names)) != len(names):
         raise InputError(f"{path}: the model names two arrays alike: {', '.join(names)}")
-    if not os.path.isfile(path):
-        raise InputError(f"{path}: no such file")
+    check_input_file(path)
     if os.path.getsize(path) == 0:
         raise InputError(f"{path}: empty file (expected an .npz archive with arrays "
                          f"{_names(names)})")
@@ -196,7 +271,7 @@ def _read_member(path: str, npz: np.lib.npyio.NpzFile, name: str) -> np.ndarray:
 
 
 def _check_array(path: str, spec: ArraySpec, a: np.ndarray, is_label: bool,
-                 notes: list[str]) -> np.ndarray:
+                 notes: list[str], note: str = "") -> np.ndarray:
     name, dtype, shape = spec[0], DType.of(spec[1]), tuple(spec[2])
     if not shape:
         raise InputError(f"{path}: array {name!r}: the model's {name!r} is a scalar, with no "
@@ -204,8 +279,9 @@ def _check_array(path: str, spec: ArraySpec, a: np.ndarray, is_label: bool,
     if a.ndim != len(shape) or any(isinstance(d, int) and d != n
                                    for d, n in zip(shape[1:], a.shape[1:])):
         want = _fmt_shape(("examples", *shape[1:]))
+        why = f": {note}" if note else ""
         raise InputError(f"{path}: array {name!r}: expected shape {want} (the model's "
-                         f"{name!r} is {_fmt_shape(shape)}), got {_fmt_shape(a.shape)}")
+                         f"{name!r} is {_fmt_shape(shape)}{why}), got {_fmt_shape(a.shape)}")
     if a.dtype == dtype.numpy:
         return a
     if is_label and dtype.is_int and a.dtype.kind in "iu" and _fits(a, dtype.numpy):
@@ -255,7 +331,10 @@ def _check_symbols(path: str, specs: Sequence[ArraySpec],
 
 
 def _check_finite(path: str, name: str, a: np.ndarray) -> None:
-    bad = np.flatnonzero(~np.isfinite(a))
+    with np.errstate(over="ignore", invalid="ignore"):
+        if math.isfinite(np.add.reduce(a, axis=None)):
+            return  # one pass, no copy: a NaN or an infinity anywhere makes the sum one
+    bad = np.flatnonzero(~np.isfinite(a))  # (or finite values whose sum overflows: none bad)
     if bad.size:
         index = tuple(int(i) for i in np.unravel_index(int(bad[0]), a.shape))
         raise InputError(f"{path}: array {name!r}: {bad.size} value(s) are NaN or infinite, "
@@ -265,6 +344,8 @@ def _check_finite(path: str, name: str, a: np.ndarray) -> None:
 
 def _check_labels(path: str, name: str, a: np.ndarray, classes: int,
                   ignore_index: int | None) -> None:
+    if a.size == 0 or (int(a.min()) >= 0 and int(a.max()) < classes):
+        return
     ok = (a >= 0) & (a < classes)
     if ignore_index is not None:
         ok |= a == ignore_index

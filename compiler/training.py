@@ -4,10 +4,13 @@ The step graph (docs/training.md) is built in four moves:
 
 1. **Loss graph.** The forward graph's nodes, its first output (the loss) or a loss composite
    applied to it (``"cross_entropy"``: ``softmax_cross_entropy`` with a new int64 input
-   ``labels``; ``"mse"``: ``mean_squared_error`` with a new input ``target``), and nothing
-   else as outputs.
-2. **Gradients.** ``gradc.grad`` of the loss graph with respect to the trained parameters. The
-   loss's cotangent is the constant 1 (the loss has one element).
+   ``labels``, the classes on ``class_axis``, ``ignore_index`` left out of the mean;
+   ``"mse"``: ``mean_squared_error`` with a new input ``target``), and nothing else as
+   outputs.
+2. **Gradients.** ``gradc.grad`` of the loss graph with respect to the trained parameters (the
+   ``parameters`` entries, names or ``fnmatch`` patterns, less the ``frozen`` ones). The
+   loss's cotangent is the constant 1 (the loss has one element). With ``max_grad_norm``, the
+   gradients are clipped by their global L2 norm (``clip_grad_norm_``).
 3. **State.** Every parameter the step updates becomes a parameter of the step graph: the
    trained parameters, each one's optimizer state (zeros, named ``<param>.<state>``), the
    parameters with a forward state update (outputs named ``<param>.next``, ``gradc.ir.state``:
@@ -16,8 +19,8 @@ The step graph (docs/training.md) is built in four moves:
    ``rng_state_out`` output, SPEC-training.md §21). Frozen and unselected parameters are
    constants.
 4. **Update.** The optimizer writes each trained parameter's next value from its gradient
-   (``gradc.optim``); the outputs are ``loss`` then ``<name>.next`` in the order of the step
-   graph's parameters.
+   (``gradc.optim``; a schedule's learning rate is computed once from ``step``); the outputs
+   are ``loss`` then ``<name>.next`` in the order of the step graph's parameters.
 
 Parameter order of the step graph: the forward graph's trained parameters and state-updated
 parameters in its order, then each trained parameter's optimizer state in that order, then
@@ -26,15 +29,18 @@ parameters in its order, then each trained parameter's optimizer state in that o
 
 from __future__ import annotations
 
+import math
+from fnmatch import fnmatchcase
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from gradc.autodiff import grad
+from gradc.autodiff import GradNames, grad, grad_names
 from gradc.errors import VerifyError
 from gradc.ir import builders as B
 from gradc.ir.core import Graph, Node, Parameter, Value
 from gradc.ir.losses import mean_squared_error, softmax_cross_entropy
+from gradc.ir.optimizers import clip_grad_norm
 from gradc.ir.state import SUFFIX, state_outputs
 from gradc.ir.types import DType
 from gradc.ir.verify import verify
@@ -57,56 +63,72 @@ def check_seed(seed: Any, what: str) -> int:
     return int(seed)
 
 
-def _names(what: str, v: Any) -> list[str]:
+def _entries(what: str, v: Any) -> list[str]:
     if isinstance(v, str) or not isinstance(v, Iterable):
-        raise VerifyError(f"training_step: {what}: expected a list of parameter names, got "
-                          f"{v!r}")
+        raise VerifyError(f"training_step: {what}: expected a list of parameter names or "
+                          f"patterns, got {v!r}")
     out = list(v)
-    for n in out:
+    for i, n in enumerate(out):
         if not isinstance(n, str):
-            raise VerifyError(f"training_step: {what}: expected parameter names (strings), got "
-                              f"{n!r}")
+            raise VerifyError(f"training_step: {what}[{i}]: expected a parameter name or "
+                              f"pattern (a string), got {n!r}")
     return out
 
 
 class _Plan:
-    """What a step graph updates, worked out from the forward graph and the arguments."""
+    """What a step graph updates, worked out from the forward graph and the arguments.
+
+    Each entry of ``parameters`` and ``frozen`` is a name or an ``fnmatch`` pattern, matched
+    case-sensitively (``fnmatchcase``) against the candidates: the floating-point parameters
+    that the forward graph does not update itself (SPEC-transformers.md §29.4). Trained: the
+    candidates some ``parameters`` entry selects (all with ``"all"``), less those some
+    ``frozen`` entry selects, in the graph's order."""
 
     def __init__(self, graph: Graph, parameters: Any, frozen: Any) -> None:
-        params = {p.name: p for p in graph.parameters}
         self.updates = state_outputs(graph)  # running statistics: parameter -> its update
         stateful = {p.name for p in self.updates}
-        frozen_names = _names("frozen", frozen)
-        for n in frozen_names:
-            if n not in params:
-                raise VerifyError(f"training_step: frozen: expected names of parameters of "
-                                  f"{graph.name!r}, got {n!r}")
-        if isinstance(parameters, str) and parameters == "all":
-            chosen = [p for p in graph.parameters
+        candidates = [p for p in graph.parameters
                       if p.type.dtype.is_float and p.name not in stateful]
+        if isinstance(parameters, str) and parameters == "all":
+            chosen = set(candidates)
+        elif isinstance(parameters, str):
+            raise VerifyError(f"training_step: parameters: expected 'all' or a list of "
+                              f"parameter names or patterns, got {parameters!r}")
         else:
-            if isinstance(parameters, str):
-                raise VerifyError(f"training_step: parameters: expected 'all' or a list of "
-                                  f"parameter names, got {parameters!r}")
-            chosen = []
-            for n in _names("parameters", parameters):
-                p = params.get(n)
-                if p is None:
-                    raise VerifyError(f"training_step: parameters: expected names of "
-                                      f"parameters of {graph.name!r}, got {n!r}")
-                if not p.type.dtype.is_float:
-                    raise VerifyError(f"training_step: parameters: {n!r} is {p.type.dtype}: "
-                                      f"only floating-point parameters can be trained")
-                if n in stateful:
-                    raise VerifyError(f"training_step: parameters: {n!r} is updated by the "
-                                      f"forward graph ({n}{SUFFIX}), never by an optimizer")
-                if p in chosen:
-                    raise VerifyError(f"training_step: parameters: {n!r} given twice")
-                chosen.append(p)
-        self.trained = [p for p in chosen if p.name not in frozen_names]
+            chosen = self._select(graph, "parameters", _entries("parameters", parameters),
+                                  candidates, stateful)
+        dropped = self._select(graph, "frozen", _entries("frozen", frozen), candidates,
+                               stateful)
+        self.trained = [p for p in candidates if p in chosen and p not in dropped]
+        if not self.trained:
+            raise VerifyError(f"training_step: parameters: expected at least one trained "
+                              f"parameter, got none (of {len(candidates)} trainable parameters "
+                              f"of {graph.name!r}, {len(dropped)} frozen)")
         trained = set(self.trained)
         # The step's own parameters in the forward graph's order (module docstring).
         self.kept = [p for p in graph.parameters if p in trained or p in self.updates]
+
+    @staticmethod
+    def _select(graph: Graph, what: str, entries: list[str], candidates: list[Parameter],
+                stateful: set[str]) -> set[Parameter]:
+        params = {p.name: p for p in graph.parameters}
+        out: set[Parameter] = set()
+        for i, entry in enumerate(entries):
+            hit = {p for p in candidates if p.name == entry or fnmatchcase(p.name, entry)}
+            if hit:
+                out |= hit
+                continue
+            p = params.get(entry)
+            if p is not None and not p.type.dtype.is_float:
+                raise VerifyError(f"training_step: {what}[{i}]: {entry!r} is "
+                                  f"{p.type.dtype}: only floating-point parameters can be "
+                                  f"trained")
+            if entry in stateful:
+                raise VerifyError(f"training_step: {what}[{i}]: {entry!r} is updated by the "
+                                  f"forward graph ({entry}{SUFFIX}), never by an optimizer")
+            raise VerifyError(f"training_step: {what}[{i}]: expected a name or pattern that "
+                              f"matches a trainable parameter, got {entry!r}")
+        return out
 
 
 def _copy_nodes(src: Graph, dst: Graph, vmap: dict[Value, Value], reserved: set[str]) -> None:
@@ -135,8 +157,33 @@ def name_blanks(g: Graph, n: Node) -> None:
             names.add(name)
 
 
-def _loss_graph(graph: Graph, loss: str | None, plan: _Plan, rng: tuple[Value, Value] | None
-                ) -> tuple[Graph, list[Value]]:
+class _Loss:
+    """The loss arguments of a step: which loss, and cross entropy's class axis and
+    ignored label."""
+
+    def __init__(self, loss: Any, class_axis: Any, ignore_index: Any) -> None:
+        if loss is not None and loss not in LOSSES:
+            raise VerifyError(f"training_step: loss: expected None, 'cross_entropy' or 'mse', "
+                              f"got {loss!r}")
+        if isinstance(class_axis, (bool, np.bool_)) or not isinstance(class_axis,
+                                                                      (int, np.integer)):
+            raise VerifyError(f"training_step: class_axis: expected an int, got "
+                              f"{class_axis!r}")
+        if ignore_index is not None and (isinstance(ignore_index, (bool, np.bool_)) or
+                                         not isinstance(ignore_index, (int, np.integer))):
+            raise VerifyError(f"training_step: ignore_index: expected an int or None, got "
+                              f"{ignore_index!r}")
+        for field, v, default in (("class_axis", class_axis, 1),
+                                  ("ignore_index", ignore_index, None)):
+            if v != default and loss != "cross_entropy":
+                raise VerifyError(f"training_step: {field}: only for loss='cross_entropy', "
+                                  f"got {field}={v!r} with loss={loss!r}")
+        self.loss: str | None = loss
+        self.class_axis = int(class_axis)
+        self.ignore_index = None if ignore_index is None else int(ignore_index)
+
+
+def _loss_graph(graph: Graph, loss: _Loss) -> tuple[Graph, list[Value]]:
     """Step 1: the forward graph with its loss as the only output, plus the new loss input."""
     if not graph.outputs:
         raise VerifyError(f"training_step: graph {graph.name!r} has no outputs (the first "
@@ -152,22 +199,20 @@ def _loss_graph(graph: Graph, loss: str | None, plan: _Plan, rng: tuple[Value, V
     extra: list[Value] = []
     y = vmap[first]
     with f:
-        if loss is None:
+        if loss.loss is None:
             if not first.type.dtype.is_float or first.type.size != 1:
                 raise VerifyError(f"training_step: loss: None needs the first output of "
                                   f"{graph.name!r} to be the loss (floating point, one "
                                   f"element), got %{first.name}: {first.type} (or pass "
                                   f"loss='cross_entropy' or 'mse')")
             value = y
-        elif loss == "cross_entropy":
-            if not first.type.dtype.is_float or first.type.rank < 2:
-                raise VerifyError(f"training_step: loss 'cross_entropy': expected the first "
-                                  f"output of {graph.name!r} to be floating-point scores with "
-                                  f"classes on axis 1, got %{first.name}: {first.type}")
-            shape = first.type.shape[:1] + first.type.shape[2:]
+        elif loss.loss == "cross_entropy":
+            axis = label_axis(graph, loss.class_axis)
+            shape = first.type.shape[:axis] + first.type.shape[axis + 1:]
             labels = f.input(_new_input(graph, "labels"), DType.int64, shape)
             extra.append(labels)
-            value = softmax_cross_entropy(y, labels)
+            value = softmax_cross_entropy(y, labels, ignore_index=loss.ignore_index,
+                                          class_axis=axis)
         else:
             if not first.type.dtype.is_float:
                 raise VerifyError(f"training_step: loss 'mse': expected a floating-point "
@@ -182,6 +227,26 @@ def _loss_graph(graph: Graph, loss: str | None, plan: _Plan, rng: tuple[Value, V
     return f, extra
 
 
+def label_axis(graph: Graph, class_axis: int) -> int:
+    """The class axis of the first output for ``loss='cross_entropy'``, normalized; the
+    error names ``class_axis`` (``--class-axis`` on the command line)."""
+    first = graph.outputs[0]
+    rank = first.type.rank
+    if not first.type.dtype.is_float or rank < 2:
+        raise VerifyError(f"training_step: loss 'cross_entropy': expected the first output of "
+                          f"{graph.name!r} to be floating-point scores of rank >= 2 (classes "
+                          f"on class_axis), got %{first.name}: {first.type}")
+    if not -rank <= class_axis < rank:
+        raise VerifyError(f"training_step: class_axis: expected an axis of the first output "
+                          f"%{first.name}: {first.type} ({-rank}..{rank - 1}), got "
+                          f"{class_axis}")
+    axis = class_axis % rank
+    if not isinstance(first.type.shape[axis], int):
+        raise VerifyError(f"training_step: class_axis: expected an axis of static size (the "
+                          f"class count), got axis {axis} of %{first.name}: {first.type}")
+    return axis
+
+
 def _new_input(graph: Graph, name: str) -> str:
     if graph.uses_name(name):
         raise VerifyError(f"training_step: graph {graph.name!r} already has a value named "
@@ -191,7 +256,8 @@ def _new_input(graph: Graph, name: str) -> str:
 
 def training_step(graph: Graph, optimizer: Any, loss: str | None = None,
                   parameters: str | Sequence[str] = "all", frozen: Sequence[str] = (),
-                  seed: int = 0) -> Graph:
+                  seed: int = 0, class_axis: int = 1, ignore_index: int | None = None,
+                  max_grad_norm: float | None = None) -> Graph:
     """The training step of a forward graph as one graph (docs/training.md)."""
     if not isinstance(graph, Graph):
         raise VerifyError(f"training_step: graph: expected a gradc.Graph, got "
@@ -199,9 +265,8 @@ def training_step(graph: Graph, optimizer: Any, loss: str | None = None,
     if not isinstance(optimizer, (SGD, Adam, AdamW)):
         raise VerifyError(f"training_step: optimizer: expected gradc.optim.SGD, Adam or AdamW, "
                           f"got {type(optimizer).__name__}")
-    if loss is not None and loss not in LOSSES:
-        raise VerifyError(f"training_step: loss: expected None, 'cross_entropy' or 'mse', got "
-                          f"{loss!r}")
+    spec = _Loss(loss, class_axis, ignore_index)
+    clip = _max_grad_norm(max_grad_norm)
     seed = check_seed(seed, "training_step")
     verify(graph)
     for name in ("step", "loss"):
@@ -211,9 +276,23 @@ def training_step(graph: Graph, optimizer: Any, loss: str | None = None,
                               f"it)")
     plan = _Plan(graph, parameters, frozen)
     rng = _rng(graph)
-    f, extra = _loss_graph(graph, loss, plan, rng)
-    g = grad(f, [p.name for p in plan.trained])
-    return _step_graph(graph, g, len(f.inputs), extra, plan, rng, optimizer, seed)
+    f, extra = _loss_graph(graph, spec)
+    wrt = [p.name for p in plan.trained]
+    g = grad(f, wrt)
+    return _step_graph(graph, g, grad_names(f, wrt), extra, plan, rng, optimizer, seed, clip)
+
+
+def _max_grad_norm(v: Any) -> float | None:
+    """None, or a finite float > 0 (zero or a negative value would zero or flip every
+    gradient; PyTorch accepts any: SPEC-transformers.md §29.2's choice)."""
+    if v is None:
+        return None
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer,
+                                                             np.floating)) \
+            or not math.isfinite(float(v)) or not float(v) > 0:
+        raise VerifyError(f"training_step: max_grad_norm: expected None or a finite number "
+                          f"> 0, got {v!r}")
+    return float(v)
 
 
 def _rng(graph: Graph) -> tuple[Value, Value] | None:
@@ -232,8 +311,9 @@ def _rng(graph: Graph) -> tuple[Value, Value] | None:
     return ins[0], outs[0]
 
 
-def _step_graph(graph: Graph, g: Graph, f_inputs: int, extra: list[Value], plan: _Plan,
-                rng: tuple[Value, Value] | None, optimizer: Any, seed: int) -> Graph:
+def _step_graph(graph: Graph, g: Graph, names: GradNames, extra: list[Value], plan: _Plan,
+                rng: tuple[Value, Value] | None, optimizer: Any, seed: int,
+                max_grad_norm: float | None) -> Graph:
     """Steps 2-4: the gradient graph's nodes in a graph whose parameters are the state."""
     s = Graph(graph.name if graph.name.endswith("_step") else f"{graph.name}_step")
     kept = {p.name for p in plan.kept}
@@ -275,14 +355,18 @@ def _step_graph(graph: Graph, g: Graph, f_inputs: int, extra: list[Value], plan:
                                       f"frozen parameter becomes a constant)")
                 vmap[p] = B.constant(p.value)
         # grad's inputs: the loss graph's, then the loss's cotangent, seeded with 1.
-        seed_in = g.inputs[f_inputs]
+        (seed_name,) = names.cotangents.values()  # the loss graph's one output
+        seed_in = next(v for v in g.inputs if v.name == seed_name)
         vmap[seed_in] = B.constant(np.ones(seed_in.type.shape, seed_in.type.dtype.numpy))
         _copy_nodes(g, s, vmap, reserved)
         by_name = {v.name: v for v in g.outputs[1:]}
+        grads = [vmap[by_name[names.gradients[p.name]]] for p in plan.trained]
+        if max_grad_norm is not None:  # after the gradients, before the optimizer (§29.2)
+            grads = clip_grad_norm(grads, max_grad_norm)
+        lr = optimizer.learning_rate(step)  # a schedule: computed once for every parameter
         nexts: dict[str, Value] = {}
-        for p in plan.trained:
-            gp = vmap[by_name[f"grad_{p.name}"]]
-            new_p, new_state = optimizer.update(owned[p.name], gp, state[p.name], step)
+        for p, gp in zip(plan.trained, grads):
+            new_p, new_state = optimizer.update(owned[p.name], gp, state[p.name], step, lr)
             nexts[p.name] = new_p
             for k, v in new_state.items():
                 nexts[f"{p.name}.{k}"] = v
@@ -310,4 +394,5 @@ def zero_state(step_graph: Graph) -> Mapping[str, np.ndarray]:
     return {p.name: p.value for p in step_graph.parameters if p.value is not None}
 
 
-__all__ = ["training_step", "rng_state_value", "check_seed", "name_blanks", "LOSSES"]
+__all__ = ["training_step", "rng_state_value", "check_seed", "name_blanks", "label_axis",
+           "LOSSES"]

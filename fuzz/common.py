@@ -81,19 +81,24 @@ _FAULT_FRAME = re.compile(r'^\s*File "(?P<file>.+)", line \d+ in (?P<func>\S+)')
 
 
 def fault_frames(dump: str) -> list[tuple[str, str]]:
-    """Frames of the first thread in a ``faulthandler`` dump, innermost last."""
-    frames: list[tuple[str, str]] = []
-    started = False
+    """Frames of the thread that ran the input in a ``faulthandler`` dump, innermost last: the
+    one whose stack holds the worker's loop (``fuzz/worker.py``), else the first listed.
+
+    A timeout's dump lists every thread, the newest first, so a thread that gradc or a library
+    started (a thread pool, a progress bar's monitor) would otherwise key the class by where
+    it waits (``threading.py:wait``) instead of where the input was stuck.
+    """
+    threads: list[list[tuple[str, str]]] = []
     for line in dump.splitlines():
         if line.startswith(("Thread ", "Current thread ")):
-            if started:
-                break
-            started = True
+            threads.append([])
             continue
         m = _FAULT_FRAME.match(line)
-        if m:
-            frames.append((m.group("file"), m.group("func")))
-    return list(reversed(frames))  # faulthandler lists the most recent call first
+        if m and threads:
+            threads[-1].append((m.group("file"), m.group("func")))
+    main = next((t for t in threads if any(f.replace(os.sep, "/").endswith("fuzz/worker.py")
+                                           for f, _ in t)), threads[0] if threads else [])
+    return list(reversed(main))  # faulthandler lists the most recent call first
 
 
 class Finding(Exception):

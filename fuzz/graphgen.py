@@ -29,6 +29,8 @@ from gradc.ir.core import Graph, Value
 from gradc.ir.types import DType, TensorType
 
 from fuzz.graphgen_training import MAKERS, TrainingOpsMixin
+from fuzz.graphgen_transformer import MAKERS as TRANSFORMER_MAKERS
+from fuzz.graphgen_transformer import TransformerOpsMixin
 
 INT_EDGES: tuple[int, ...] = (
     0, -1, 1, 2, 3, 2 ** 24, 2 ** 31 - 1, 2 ** 31, 2 ** 32, 2 ** 40, 2 ** 53 + 1, 2 ** 62,
@@ -151,7 +153,7 @@ def replay(program: dict[str, Any]) -> Graph:
 
 
 # -- the generator ---------------------------------------------------------------------------------
-class GraphGen(TrainingOpsMixin):
+class GraphGen(TrainingOpsMixin, TransformerOpsMixin):
     """Grows one random graph; ``edge`` is the chance that an attribute gets a boundary value."""
 
     def __init__(self, rng: random.Random, edge: float = 0.08, huge: float = 0.04,
@@ -278,7 +280,7 @@ class GraphGen(TrainingOpsMixin):
             (self.max_pooling_grad, 4), (self.resample, 4), (self.resample_grad, 4),
             (self.constant, 3),
         ]
-        makers += [(getattr(self, m), w) for m, w, needs in MAKERS
+        makers += [(getattr(self, m), w) for m, w, needs in MAKERS + TRANSFORMER_MAKERS
                    if all(hasattr(ops, op) for op in needs)]
         fns, weights = zip(*makers)
         self.rng.choices(fns, weights)[0]()

@@ -243,18 +243,28 @@ class TrainingOpsMixin:
         dtype = self.rng.choice(FLOATS)
         n, c = self._batch(), self.rng.randint(2, 4)
         extra = [self.rng.randint(1, 3) for _ in range(self.rng.choice((0, 0, 1, 2)))]
-        scores = self.value_of(dtype, [n, c, *extra])
-        labels = self.value_of("int64", [n, *extra])
+        dims = [n, c, *extra]
+        axis = 1  # SPEC-transformers §29.1: the classes on any axis (class_axis)
+        if self.rng.random() < 0.3:
+            axis = self.rng.randrange(len(dims))
+            dims = [n, *extra]
+            dims.insert(axis, c)
+        scores = self.value_of(dtype, dims)
+        labels = self.value_of("int64", dims[:axis] + dims[axis + 1:])
         kind = self.rng.choice(("softmax_cross_entropy", "negative_log_likelihood",
                                 "mean_squared_error"))
         reduction = self.rng.choice(("mean", "sum", "none"))
         if kind == "mean_squared_error":
-            target = self.value_of(dtype, [n, c, *extra])
+            target = self.value_of(dtype, dims)
             self.emit(kind, [scores, target], {"reduction": reduction})
             return
         attrs: dict[str, Any] = {"reduction": reduction}
+        if axis != 1 or self.rng.random() < 0.1:
+            given = axis - len(dims) if self.rng.random() < 0.4 else axis
+            attrs["class_axis"] = self.maybe_edge_int(given)
         if self.rng.random() < 0.3:
-            attrs["ignore_index"] = self.maybe_edge_int(self.rng.randint(0, c - 1))
+            label = self.rng.choice((self.rng.randint(0, c - 1), -100))
+            attrs["ignore_index"] = self.maybe_edge_int(label)
         if kind == "softmax_cross_entropy" and self.rng.random() < 0.3:
             attrs["label_smoothing"] = self.maybe_edge_float(0.1)
         operands: list[Any] = [scores, labels]

@@ -413,10 +413,11 @@ class TrainingModelGen(MovementSteps):
         return self.node("MaxPool", [x], kernel_shape=k, strides=k)[0], \
             [*dims[:2], *[st(d) // kk for d, kk in zip(dims[2:], k)]]
 
-    def build(self) -> onnx.ModelProto:
-        """One model (see the module docstring)."""
+    def build(self, recipe: str | None = None) -> onnx.ModelProto:
+        """One model (see the module docstring); ``recipe``: chain, cnn, mlp or onehot."""
         rng = self.rng
-        recipe = rng.choice(("chain", "chain", "chain", "chain", "cnn", "mlp", "onehot"))
+        recipe = recipe or rng.choice(("chain", "chain", "chain", "chain", "cnn", "mlp",
+                                       "onehot"))
         try:
             start = self.one_hot() if recipe == "onehot" else None
         except (ValueError, OverflowError, TypeError):

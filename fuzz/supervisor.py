@@ -22,6 +22,7 @@ from fuzz.common import REPO, Result, fault_frames, innermost_frame
 from fuzz.worker import read_frame, write_frame
 
 GRACE_S = 10.0  # beyond the input's timeout, for faulthandler to dump and exit
+PAUSE_S = 300.0  # the longest a one-time import may take (fuzz.worker.untimed)
 
 
 class WorkerDied(Exception):
@@ -132,10 +133,17 @@ class Worker:
         deadline = started + self.timeout + GRACE_S
         try:
             write_frame(self.proc.stdin.fileno(), msg)
+            paused = deadline
             while True:
                 kind, body = self._read(deadline)
                 if kind == "case":
                     payload = body
+                    continue
+                if kind == "pause":  # fuzz.worker.untimed: a one-time import under way
+                    paused, deadline = deadline, time.monotonic() + PAUSE_S
+                    continue
+                if kind == "resume":
+                    deadline = paused + float(body)
                     continue
                 result = Result.from_dict(body)
                 if result.restart:

@@ -43,6 +43,7 @@ HARNESS_MODULES = {
 }
 VM_RESTART_MB = 1536  # ask for a fresh worker when the address space grows past this
 _HEADER = struct.Struct(">Q")
+_INPUT: dict[str, Any] = {}  # the input under way: out fd, fault file, timeout, start (serve)
 
 
 def harness_module(name: str) -> ModuleType:
@@ -173,6 +174,25 @@ def generate(harness: str, seed: int) -> Any:
     return harness_module(harness).generate(random.Random(seed))
 
 
+def untimed(fn: Any) -> Any:
+    """``fn()`` outside the input's time limit: a one-time cost the input must not be charged
+    for (``import torch`` takes seconds, more on a loaded machine). The alarm is paused and the
+    parent told to extend its deadline by the time spent (``pause``/``resume`` frames)."""
+    if not _INPUT:
+        return fn()
+    faulthandler.cancel_dump_traceback_later()
+    write_frame(_INPUT["out"], ("pause", None))
+    began = time.monotonic()
+    try:
+        return fn()
+    finally:
+        spent = time.monotonic() - began
+        write_frame(_INPUT["out"], ("resume", spent))
+        left = max(1.0, _INPUT["timeout"] - (began - _INPUT["start"]))
+        _INPUT["start"] += spent
+        faulthandler.dump_traceback_later(left, exit=True, file=_INPUT["fault"])
+
+
 # -- main loop -----------------------------------------------------------------------------------
 def serve(proto_in: int, proto_out: int, fault: BinaryIO) -> None:
     """Answer requests until ``quit`` or end of input."""
@@ -184,6 +204,7 @@ def serve(proto_in: int, proto_out: int, fault: BinaryIO) -> None:
         fault.truncate()
         timeout = float(msg.get("timeout", 15.0))
         faulthandler.dump_traceback_later(timeout, exit=True, file=fault)
+        _INPUT.update(out=proto_out, fault=fault, timeout=timeout, start=time.monotonic())
         try:
             if msg["op"] == "fuzz":
                 try:
@@ -200,6 +221,7 @@ def serve(proto_in: int, proto_out: int, fault: BinaryIO) -> None:
             result = execute(msg["harness"], payload)
         finally:
             faulthandler.cancel_dump_traceback_later()
+            _INPUT.clear()
         write_frame(proto_out, ("result", result.to_dict()))
 
 

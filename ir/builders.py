@@ -3,7 +3,9 @@
 A builder takes the op's operands, then its attributes by the schema's names and in its order
 (``gradc.ir.ops.registry.Attr``); an omitted attribute (None) takes the schema's default. It
 checks the arguments (SPEC.md checklists), infers the result type and appends the node to the
-graph of its operands; it returns the result value (a tuple for several results). ``gradc.ops``
+graph of its operands (``gradc.ir.ops.registry.make_node``: operands made without a graph, such
+as a constant built outside ``with graph:``, join it with everything they are computed from,
+``gradc.ir.core.adopt``); it returns the result value (a tuple for several results). ``gradc.ops``
 re-exports these functions. ``constant`` is the one hand-written builder: it converts its
 argument to an array first.
 """
@@ -72,6 +74,16 @@ def _sequence(d: OpDef, seq: Any) -> list[Any]:
     return list(seq)
 
 
+def _fill_neutral(d: OpDef, operands: list[Any]) -> None:
+    """An omitted ``neutral_operands`` operand before a given one becomes a constant of its
+    neutral value (the first operand's dtype, shape (1,)): a node's inputs are positional."""
+    first = operands[0] if operands else None
+    for i, name in enumerate(d.operands[:len(operands)]):
+        if operands[i] is None and name in d.neutral_operands and isinstance(first, Value):
+            value = np.full((1,), d.neutral_operands[name], first.type.dtype.numpy)
+            operands[i] = constant(value)
+
+
 def make_builder(d: OpDef) -> Callable[..., Any]:
     """The builder of one op: its signature is the operands, then the schema's attributes."""
     signature = _signature(d)
@@ -85,8 +97,15 @@ def make_builder(d: OpDef) -> Callable[..., Any]:
             operands.pop()
         if d.variadic:  # the one operand is a sequence of values: the node's inputs
             operands = _sequence(d, operands[0])
+        else:
+            _fill_neutral(d, operands)
         if d.promote_scalars:
             operands = promote_scalars(*operands)
+        if not d.variadic:
+            for name, v in zip(d.operands, operands):
+                if not isinstance(v, Value):
+                    got = "none" if v is None else show_value(v, lambda u: type(u).__name__)
+                    raise VerifyError(f"{d.name}: {name}: expected a gradc value, got {got}")
         attrs = {a.name: bound.arguments[a.name] for a in d.attributes}
         out = make_node(d.name, operands, attrs)
         return (out,) if d.tuple_results and isinstance(out, Value) else out

@@ -209,11 +209,16 @@ class Graph:
         """Mark a value as a graph output, optionally renaming it; returns the output value.
 
         An input, a value that is already an output, or a value whose name cannot change is
-        returned through an ``identity`` copy.
+        returned through an ``identity`` copy. A value made without a graph (a constant, or ops
+        on constants) joins this graph (``adopt``).
         """
+        if isinstance(value, Value) and value.graph is None:
+            adopt(self, value, "output: value")
         if not isinstance(value, Value) or value.graph is not self:
+            owner = f" of graph {value.graph.name!r}" if isinstance(value, Value) and \
+                value.graph is not None else ""
             raise VerifyError(f"output: value: expected a value of graph {self.name!r}, "
-                              f"got {value!r}")
+                              f"got {value!r}{owner}")
         needs_copy = value.producer is None or value in self._outputs
         if name is not None and name != value.name and not needs_copy and name not in self._names:
             self.rename(value, name)
@@ -421,6 +426,40 @@ def _same_attr(x: Any, y: Any) -> bool:
     if isinstance(x, float):
         return struct.pack("<d", x) == struct.pack("<d", y)
     return bool(x == y)
+
+
+def adopt(graph: Graph, value: Value, what: str) -> None:
+    """Append to ``graph`` the nodes made without a graph that compute ``value``, producers
+    first: a constant built outside any graph (and any op applied only to such constants)
+    belongs to the graph of its first user (API.md, ``constant``). A value of another graph
+    on the way is a ``VerifyError`` naming ``what``."""
+    if value.graph is not None:
+        return
+    order: list[Node] = []
+    seen: set[int] = set()
+    stack: list[tuple[Value, bool]] = [(value, False)]
+    while stack:  # iterative post-order: a long chain of constant ops needs no recursion
+        v, done = stack.pop()
+        n = v.producer
+        if n is None:
+            raise VerifyError(f"{what}: expected a value of graph {graph.name!r} or one computed "
+                              f"from constants, got {v!r}, which belongs to no graph")
+        if done:
+            order.append(n)
+            continue
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        stack.append((v, True))
+        for x in reversed(n.inputs):
+            if x.graph is None:
+                stack.append((x, False))
+            elif x.graph is not graph:
+                raise VerifyError(f"{what}: expected a value of graph {graph.name!r}, got "
+                                  f"{v!r}, computed from %{x.name} of graph {x.graph.name!r}")
+    for n in order:
+        if all(o.graph is None for o in n.outputs):
+            graph.append(n)
 
 
 _GRAPH_STACK: list[Graph] = []

@@ -3,8 +3,10 @@
 A forward graph output named ``<p>.next``, where ``p`` is a parameter of the graph of the same
 type, is the value ``p`` takes after a training step: a state update computed by the forward
 pass itself (batch normalization's running statistics, SPEC-training.md §12.5), never by an
-optimizer. ``gradc.from_onnx`` writes these outputs for training-mode ``BatchNormalization``;
-a graph built by hand declares one with ``graph.output(value, f"{p.name}.next")``.
+optimizer. ``gradc.from_onnx`` writes these outputs for training-mode ``BatchNormalization``,
+``gradc.from_torch`` for every buffer a module's forward updates (batch normalization's running
+statistics and its int64 ``num_batches_tracked``: a state parameter may have any dtype); a graph
+built by hand declares one with ``graph.output(value, f"{p.name}.next")``.
 
 ``gradc.grad`` gives state outputs no cotangent input (they are not differentiated), and
 ``gradc.training_step`` makes each the next value of its parameter.

@@ -11,7 +11,7 @@ from typing import Any, NoReturn, Sequence
 import numpy as np
 
 from gradc.errors import VerifyError
-from gradc.ir.core import Value
+from gradc.ir.core import Graph, Value
 from gradc.ir.ops.adam import check_real
 from gradc.ir.ops.common import F
 from gradc.ir.ops.registry import fmt_shape, show_value
@@ -25,15 +25,24 @@ class ArgCheck:
 
     def __init__(self, op: str) -> None:
         self.op = op
+        self._graph: tuple[Graph, str] | None = None  # the first value's graph, and its field
 
     def fail(self, field: str, expected: str, got: object) -> NoReturn:
         """Raise ``<op>: <field>: expected <expected>, got <got>``."""
         raise VerifyError(f"{self.op}: {field}: expected {expected}, got {show_value(got)}")
 
     def value(self, field: str, v: Any) -> Value:
-        """A gradc value (not an array or a number)."""
+        """A gradc value (not an array or a number) of the same graph as the call's other
+        values (a value made without a graph, such as a constant, joins theirs)."""
         if not isinstance(v, Value):
             self.fail(field, "a gradc value", type(v).__name__)
+        if v.graph is not None:
+            if self._graph is None:
+                self._graph = (v.graph, field)
+            elif v.graph is not self._graph[0]:
+                g, first = self._graph
+                self.fail(field, f"a value of graph {g.name!r} (that of {first})",
+                          f"%{v.name} of graph {v.graph.name!r}")
         return v
 
     def dtype_in(self, field: str, v: Value, allowed: Sequence[DType]) -> None:
@@ -85,6 +94,14 @@ class ArgCheck:
         if not isinstance(v, (bool, np.bool_)):
             self.fail(field, "a bool", show_value(v, repr))
         return bool(v)
+
+    def axis(self, field: str, v: Any, rank: int) -> int:
+        """An int axis in ``-rank..rank-1``, normalized to ``0..rank-1``."""
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) \
+                or not -rank <= int(v) < rank:
+            self.fail(field, f"an int in {-rank}..{rank - 1} (an axis of rank {rank})",
+                      show_value(v, repr))
+        return int(v) % rank
 
     def integer_or_none(self, field: str, v: Any) -> int | None:
         """An int (int64's range) or None."""

@@ -25,6 +25,7 @@ from gradc.passes.facts import add_zero_exact, never_nan, positive_base, value_r
 from gradc.passes.manager import Pass, PassResult, register_pass
 from gradc.passes.pattern import Bindings, Pattern, apply_patterns
 from gradc.passes.rewriter import Rewriter
+from gradc.passes.transpose_rules import RULES as TRANSPOSE_RULES
 
 
 def _zero(dtype_is_float: bool) -> float | int:
@@ -403,6 +404,7 @@ RULES: tuple[Pattern, ...] = (
     ReluOfRelu(), ReluGradOfRelu(), ReluGradTwice(), ReluGradPositive(), ReluGradOfClipGrad(),
     ClipGradIdentity(), ClipGradMerge(), ClipGradOfReluGrad(), SliceGradIdentity(),
     SliceIdentity(), ResampleGradIdentity(), ResampleIdentity(), AddZero(), NegNeg(), NoOp(),
+    *TRANSPOSE_RULES,
 )
 
 

@@ -1,5 +1,7 @@
 """ONNX models for the static-shape converters (Shape, Size, Gather, Range, Floor, Ceil,
-ConstantOfShape, Expand): the importer's CASES entries (tests/test_onnx_format.py) use them."""
+ConstantOfShape, Expand): the importer's CASES entries (tests/test_onnx_format.py) use them.
+Gather's entry is in normalization_onnx_cases.py (it imports as gather); ``gather_case``, a
+Gather folded on a Shape, is checked in test_gather.py."""
 
 from __future__ import annotations
 
@@ -82,7 +84,6 @@ def expand_case() -> Case:
 SHAPE_CASES: dict[str, tuple[Any, str]] = {
     "Shape": (shape_case, "reshape"),
     "Size": (size_case, "constant"),
-    "Gather": (gather_case, "reshape"),
     "Range": (range_case, "reshape"),
     "Floor": (rounding_case("Floor"), "reshape"),
     "Ceil": (rounding_case("Ceil"), "reshape"),

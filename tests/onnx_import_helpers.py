@@ -11,11 +11,13 @@ from onnx import numpy_helper
 import gradc
 from helpers import assert_bits
 
-IR = {6: 3, 9: 4, 10: 5, 11: 6, 12: 7, 13: 7, 17: 8, 18: 8, 19: 9}
+IR = {6: 3, 9: 4, 10: 5, 11: 6, 12: 7, 13: 7, 17: 8, 18: 8, 19: 9, 20: 9, 21: 10}
 ELEM = {np.dtype(k): v for k, v in [(np.float32, TP.FLOAT), (np.float64, TP.DOUBLE),
                                     (np.float16, TP.FLOAT16), (np.int8, TP.INT8),
                                     (np.uint8, TP.UINT8), (np.int32, TP.INT32),
-                                    (np.int64, TP.INT64)]}
+                                    (np.int64, TP.INT64), (np.bool_, TP.BOOL),
+                                    (np.int16, TP.INT16), (np.uint16, TP.UINT16),
+                                    (np.uint32, TP.UINT32), (np.uint64, TP.UINT64)]}
 RNG = np.random.default_rng(1234)
 
 

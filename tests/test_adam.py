@@ -10,9 +10,9 @@ from hypothesis import given, settings, strategies as st
 
 import gradc
 from gradc import ops
-from helpers import assert_bits, f32, run
+from helpers import assert_bits, compile_for, cuda_targets, f32, run
 
-TARGETS = ("reference", "numpy", "c", "onnx")
+TARGETS = ("reference", "numpy", "c", "onnx") + cuda_targets()
 ACC = {np.float16: np.float32, np.float32: np.float32, np.float64: np.float64}
 
 
@@ -80,7 +80,7 @@ def test_targets_agree_with_a_symbolic_batch(dtype):
     for i, r in enumerate(ops.adam_optimizer(x, m, v, gr, t, 1e-3, 0.9, 0.999, 1e-8)):
         g.output(r, f"y{i}")
     rng = np.random.default_rng(7)
-    exes = {k: gradc.compile(g, target=k) for k in TARGETS}
+    exes = {k: compile_for(g, k) for k in TARGETS}
     for n, step in ((1, 1), (2, 10), (4, 12345)):
         feeds = {k: rng.standard_normal((n, 3, 5)).astype(dtype) for k in ("x", "m", "g")}
         feeds["v"] = np.abs(rng.standard_normal((n, 3, 5))).astype(dtype)

@@ -11,7 +11,11 @@ an edge; an __init__.py importing its own submodules is. Rules:
 - Layers, lowest first: gradc.errors (a leaf) <- gradc.ir <- gradc.passes <- gradc.backends <-
   the driver (gradc and every other gradc.* module). A module imports its own layer and lower.
 - Backends (gradc.backends.c, .numpy, .onnx, ...) are independent: one imports its own
-  subpackage, gradc.backends itself and gradc.backends.reference, never another backend.
+  subpackage, gradc.backends itself (its shared modules: the Target protocol, the reference,
+  the schedule and memory plan of gradc.backends.plan) and gradc.backends.reference, never
+  another backend -- except that the CUDA target builds on the C target's C-text layer
+  (`C_TEXT`: the writer, types and literals, scalar expressions, the kernel context and the
+  prelude's helpers), which itself imports nothing else of the C target.
 - Imports sit at module top level (a module-level `if TYPE_CHECKING:` or `try:` is top level); one
   inside a function needs a comment with "lazy:" and the reason, on its line or the line before:
   `import onnxruntime  # lazy: heavy optional dependency, loaded only when the target runs`.
@@ -40,6 +44,12 @@ import pytest
 ROOT = Path(os.environ.get("GRADC_SOURCE_ROOT") or Path(__file__).resolve().parents[1])
 LAYERS = ("errors", "ir", "passes", "backends", "driver")  # lowest first
 SHARED_BACKEND = "reference"  # gradc.backends.reference, even as a package, serves every backend
+# CUDA kernels are C: the cuda target shares the C target's text layer (never its program,
+# compiler or runtime); the C target imports nothing of cuda.
+C_TEXT = frozenset(f"gradc.backends.c.{m}" for m in ("writer", "ctypes_map", "scalar",
+                                                     "elementwise_math", "activation", "kernel",
+                                                     "prelude"))
+BUILDS_ON = {"cuda": C_TEXT}
 
 
 class Import(NamedTuple):
@@ -222,12 +232,21 @@ def test_backends_are_independent():
 
     def crosses(edge: Import) -> bool:
         source, target = backend(edge.source, files), backend(edge.target, files)
-        return source is not None and target not in (None, source, SHARED_BACKEND)
+        return (source is not None and target not in (None, source, SHARED_BACKEND)
+                and edge.target not in BUILDS_ON.get(source, ()))
 
     crossing = [edge for edge in import_graph().imports if crosses(edge)]
     fail_if(violations(crossing, lambda s, t: f"backend {backend(s, files)} -> backend "
                                               f"{backend(t, files)}: backends are independent"),
             "backends importing one another (gradc.backends and its reference are shared)")
+
+
+def test_the_shared_c_text_layer_stays_apart():
+    """What the cuda target may import of the C target imports no other part of it."""
+    out = [e for e in import_graph().imports if e.source in C_TEXT
+           and e.target.startswith("gradc.backends.c.") and e.target not in C_TEXT]
+    fail_if(violations(out, lambda s, t: "the C-text layer reaches into the C target"),
+            "C-text modules (C_TEXT) importing the rest of the C target")
 
 
 def test_imports_at_module_top_level():

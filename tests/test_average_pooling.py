@@ -19,9 +19,9 @@ import pytest
 import gradc
 from gradc import ops
 from gradc.check import finite_differences
-from helpers import assert_bits, assert_c_compiles_cleanly
+from helpers import assert_bits, assert_c_compiles_cleanly, compile_for, cuda_targets
 
-TARGETS = ("reference", "numpy", "c", "onnx")
+TARGETS = ("reference", "numpy", "c", "onnx") + cuda_targets()
 F16, F32, F64 = np.float16, np.float32, np.float64
 
 
@@ -34,7 +34,7 @@ def _graph(x, batch=None, **f):
 
 def _run(target, x, dy, **f):
     t = gradc.grad(_graph(x, **f))
-    out = gradc.compile(t, target=target, passes=None)(x=x, grad_y=dy)
+    out = compile_for(t, target, passes=None)(x=x, grad_y=dy)
     return out["y"], out["grad_x"]
 
 
@@ -325,8 +325,8 @@ def test_window_lying_wholly_in_padding_gives_zero_everywhere():
     f = dict(window_size=(1, 1), strides=(3, 3), start_padding=(1, 1), end_padding=(3, 3))
     for target in TARGETS:
         for include in (False, True):
-            y = gradc.compile(_graph(x, **f, include_padding=include), target=target,
-                              passes=None)(x=x)["y"]
+            y = compile_for(_graph(x, **f, include_padding=include), target,
+                            passes=None)(x=x)["y"]
             assert_bits(y[0, 0, 0, 0], F32(0))
 
 
@@ -364,3 +364,61 @@ def test_generated_c_compiles_without_warnings(tmp_path):
         g.output(y, "y")
         g.output(ops.gemm(a, b, c, trans_b=True, alpha=0.5, beta=2.0), "z")
         assert_c_compiles_cleanly(gradc.grad(g), tmp_path)
+
+
+# -- float64 and large windows on the onnx target (issue 25, item 5) ----------------------
+
+def test_float64_on_onnx_keeps_float64_and_the_reference_bits():
+    """onnxruntime's AveragePool has no double kernel: float64 takes the exact tap form, also
+    for the windows that float32 gives to AveragePool (unpadded 2x2, padded 3x3, ceil sizes)."""
+    rng = np.random.default_rng(25)
+    x = rng.standard_normal((2, 3, 6, 5))
+    for f in (dict(window_size=(2, 2), strides=(2, 2)),
+              dict(window_size=(3, 3), strides=(2, 2), start_padding=(1, 1),
+                   end_padding=(1, 1), include_padding=True),
+              dict(window_size=(2, 2), strides=(2, 2), output_sizes=(3, 3))):
+        t = gradc.grad(_graph(x, **f))
+        dy = rng.standard_normal(t.inputs[-1].type.shape)
+        want = gradc.compile(t, target="reference", passes=None)(x=x, grad_y=dy)
+        got = gradc.compile(t, target="onnx")(x=x, grad_y=dy)
+        for k in want:
+            assert got[k].dtype == np.float64
+            assert_bits(got[k], want[k])
+
+
+def test_float64_cnn_block_gradient_runs_on_onnx():
+    """The issue's graph: a CNN block's gradient in float64 with average pooling, every
+    target within `gradc check`'s rules."""
+    from gradc.check import compare_targets
+    rng = np.random.default_rng(26)
+    g = gradc.Graph("block64")
+    x = g.input("x", "float64", ("N", 2, 6, 6))
+    w = g.parameter("w", rng.standard_normal((3, 2, 3, 3)))
+    h = ops.relu(ops.convolution(x, w, None, start_padding=(1, 1), end_padding=(1, 1)))
+    g.output(ops.reduce_sum(ops.average_pooling(h, (2, 2), (2, 2))), "loss")
+    rows, ok = compare_targets(gradc.grad(g, "all"), ["onnx"], {"N": 2})
+    assert ok, "\n".join(rows)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_windows_beyond_max_taps_are_summed_one_axis_at_a_time(monkeypatch, dtype):
+    """A window with more taps than the tap form writes (a global average over a large plane)
+    goes through the separable form: forward and gradient within the summation tolerance,
+    instead of an UnsupportedError (float64) or one node per tap."""
+    from gradc.backends.onnx import lower_average_pooling as lower
+    rng = np.random.default_rng(27)
+    x = rng.standard_normal((1, 2, 5, 7)).astype(dtype)
+    f = dict(window_size=(3, 3), strides=(2, 2), start_padding=(1, 0), end_padding=(1, 2),
+             dilations=(1, 2), include_padding=False)  # not AveragePool's: pads, dilations
+    t = gradc.grad(_graph(x, **f))
+    per_tap = len(gradc.to_onnx(t).graph.node)
+    monkeypatch.setattr(lower, "MAX_TAPS", 6)  # 3x3 windows have 9 taps, each axis 3
+    model = gradc.to_onnx(t)
+    assert len(model.graph.node) < per_tap  # the taps of each axis, not of the window
+    dy = rng.standard_normal(t.inputs[-1].type.shape).astype(dtype)
+    want = gradc.compile(t, target="reference", passes=None)(x=x, grad_y=dy)
+    got = gradc.compile(t, target="onnx", passes=None)(x=x, grad_y=dy)
+    tol = 1e-13 if dtype == F64 else 1e-5
+    for k in want:
+        assert got[k].dtype == dtype
+        np.testing.assert_allclose(got[k], want[k], rtol=tol, atol=tol)

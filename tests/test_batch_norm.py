@@ -16,9 +16,9 @@ import gradc
 from gradc import ops
 from gradc.ir.ops import REGISTRY
 from gradc.backends.c import batch_norm as cbn
-from helpers import assert_bits, run, assert_c_compiles_cleanly
+from helpers import assert_bits, run, assert_c_compiles_cleanly, cuda_targets
 
-TARGETS = ("reference", "numpy", "c", "onnx")
+TARGETS = ("reference", "numpy", "c", "onnx") + cuda_targets()
 BN_OPS = ("batch_normalization", "batch_normalization_grad", "batch_normalization_training",
           "batch_normalization_training_grad")
 

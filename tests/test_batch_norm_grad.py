@@ -11,14 +11,14 @@ import pytest
 import gradc
 from gradc import ops
 from gradc.ir.ops.batch_norm import running_statistics
-from helpers import assert_bits
+from helpers import assert_bits, compile_for, cuda_targets
 
-TARGETS = ("reference", "numpy", "c", "onnx")
+TARGETS = ("reference", "numpy", "c", "onnx") + cuda_targets()
 RNG = np.random.default_rng(12)
 
 
 def _run(g, target="reference", **feeds):
-    return gradc.compile(g, target=target, passes=None)(**feeds)
+    return compile_for(g, target, passes=None)(**feeds)
 
 
 def _inference_graph(shape, pshape, dtype="float64", batch=None):

@@ -3,7 +3,8 @@
 Each graph is optimized with the default passes and lowered to C (no C compiler is needed);
 the source must equal ``tests/golden/c/<case>.c``, and a mismatch prints a unified diff. The
 files hold the program with the prelude replaced by one marker line (``PRELUDE_MARK``): every
-program copies ``prelude.h`` verbatim, which ``test_prelude_is_the_packaged_header`` checks.
+program copies ``prelude.h`` and ``transcend.h`` verbatim, which
+``test_prelude_is_the_packaged_header`` checks.
 ``GRADC_UPDATE_GOLDEN=1`` rewrites the files (the switch of the NumPy golden test). The files
 guard refactors of the emitters: a change that should not touch the generated C shows here.
 """
@@ -25,7 +26,7 @@ import gradc
 from gradc import ops
 from gradc.backends.c.emit import generate
 from gradc.backends.c.kernel import STREAM_BLOCK
-from gradc.backends.c.prelude import PRELUDE
+from gradc.backends.c.prelude import HEADERS, PRELUDE
 
 GOLDEN = Path(__file__).parent / "golden" / "c"
 UPDATE = os.environ.get("GRADC_UPDATE_GOLDEN") == "1"
@@ -106,6 +107,16 @@ def cast_float16_epilogue() -> gradc.Graph:
     return g
 
 
+def softmax_rows() -> gradc.Graph:
+    """Softmax over the last axis (rows kernel: lane maximum, vectorized exp, the rows' sums
+    advanced together) and log_softmax over a leading one (the general loop)."""
+    g = gradc.Graph("softmax_rows")
+    x = g.input("x", "float32", ("N", 37))
+    g.output(ops.softmax(x, (1,)), "y")
+    g.output(ops.log_softmax(x, (0,)), "z")
+    return g
+
+
 CASES: dict[str, Callable[[], gradc.Graph]] = {
     "elementwise": elementwise,
     "elementwise_broadcast": elementwise_broadcast,
@@ -116,6 +127,7 @@ CASES: dict[str, Callable[[], gradc.Graph]] = {
     "resample_linear": lambda: _resample("linear"),
     "slice_grad": slice_grad,
     "cast_float16_epilogue": cast_float16_epilogue,
+    "softmax_rows": softmax_rows,
 }
 # the fused group each case must lower to: (kind, with a prologue and an epilogue)
 FUSED = {"elementwise": "elementwise", "elementwise_broadcast": "elementwise",
@@ -178,9 +190,11 @@ def test_generated_c_does_not_depend_on_the_hash_seed():
 
 
 def test_prelude_is_the_packaged_header():
-    """``prelude.h`` is package data, copied verbatim into every program, and agrees with the
-    Python side on the streamed block size."""
-    header = (Path(gradc.backends.c.__file__).parent / "prelude.h").read_text()
+    """The headers (``prelude.h`` first) are package data, copied verbatim into every program,
+    and agree with the Python side on the streamed block size."""
+    here = Path(gradc.backends.c.__file__).parent
+    assert HEADERS[0] == "prelude.h"
+    header = "".join((here / h).read_text() for h in HEADERS)
     assert PRELUDE == header
     assert PRELUDE in c_source("elementwise")
     assert re.search(rf"^#define GC_BLK {STREAM_BLOCK}\b", PRELUDE, re.M)

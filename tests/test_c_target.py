@@ -748,11 +748,10 @@ def test_input_addresses_are_reused_only_for_the_same_array(cache):
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 2 ** 32 - 1))
 def test_hoisted_kernels_still_follow_what_they_read(seed):
-    """``emit._hoist_sinks`` on random graphs of large and small (reduced) values with several
+    """``plan.hoist_sinks`` on random graphs of large and small (reduced) values with several
     outputs: every kernel still comes after the producers of what it reads, the fixed kernels
     keep their order, and the moved ones are exactly the sinks and the small ones."""
-    from gradc.backends.c import emit
-    from gradc.backends.c.ctypes_map import Dims
+    from gradc.backends import plan as planning
     rng = np.random.default_rng(seed)
     g = gradc.Graph("dag")
     vals = [g.input(f"x{i}", "float32", (64, 32)) for i in range(2)]
@@ -767,10 +766,10 @@ def test_hoisted_kernels_still_follow_what_they_read(seed):
     for i, v in enumerate(vals[2:]):
         if i == 0 or rng.random() < 0.3:
             g.output(v, f"y{i}")
-    plan = emit._Plan(Dims([], {}))
-    emit._flatten(g, plan)
+    plan = planning.Plan(planning.Sizes({}))
+    planning.flatten(g, plan)
     before = list(plan.nodes)
-    emit._hoist_sinks(plan)
+    planning.hoist_sinks(plan)
     assert sorted(map(id, plan.nodes)) == sorted(map(id, before))
     pos = {n: k for k, n in enumerate(plan.nodes)}
     for n in plan.nodes:
@@ -779,7 +778,7 @@ def test_hoisted_kernels_still_follow_what_they_read(seed):
             assert p not in pos or pos[p] < pos[n]
     read = {plan.resolve(u) for n in before for u in n.inputs}
     moved = [n for n in before if not any(v in read for v in n.outputs)
-             or sum(int(np.prod(v.type.shape)) for v in n.outputs) <= emit.SMALL_RESULTS]
+             or sum(int(np.prod(v.type.shape)) for v in n.outputs) <= planning.SMALL_RESULTS]
     fixed = [n for n in before if n not in moved]
     assert [n for n in plan.nodes if n in fixed] == fixed
 

@@ -155,3 +155,23 @@ def test_pass_statistics_report_the_c_programs_planned_arena(tmp_path, capsys):
     nbytes = int(line.split(":")[-1].split()[0])
     assert nbytes > 0 and f"planned arena of intermediate values: {nbytes} bytes" in \
         out.read_text()
+
+
+def test_check_grad_on_the_readme_training_graph(tmp_path, capsys):
+    """The README's round trip (issue 25): `gradc grad examples/cnn.onnx -o train.onnx`, then
+    `gradc check train.onnx --grad` differentiates a graph that has `grad_loss` and `grad_x`
+    already (fresh names, and max_pooling_grad's own gradient) and exits 0."""
+    train = tmp_path / "train.onnx"
+    assert main(["grad", EXAMPLE, "-o", str(train)]) == 0
+    capsys.readouterr()
+    assert main(["check", str(train), "--grad", "--shape", "N=1"]) == 0
+    out = capsys.readouterr().out
+    assert "all targets agree" in out
+    for name in ("grad_x_1", "grad_grad_loss", "grad_w", "grad_b"):  # gradient outputs
+        assert f"  {name} " in out
+    second = tmp_path / "train2.onnx"
+    assert main(["grad", str(train), "-o", str(second), "--wrt", "all"]) == 0
+    g = gradc.from_onnx(str(second))
+    assert [v.name for v in g.inputs] == ["x", "grad_loss", "grad_loss_1", "grad_grad_x"]
+    assert [v.name for v in g.outputs] == ["loss", "grad_x", "grad_x_1", "grad_grad_loss",
+                                           "grad_w", "grad_b"]

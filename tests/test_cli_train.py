@@ -113,8 +113,10 @@ def test_train_step_text_ir_and_flag_errors(files, capsys):
         ([], "is not a loss: pass --loss cross_entropy"),
         (["--loss", "cross_entropy", "--optimizer", "adam", "--momentum", "0.9"],
          "--momentum: only for --optimizer sgd"),
-        (["--loss", "cross_entropy", "--frozen", "nope"], "frozen: expected names"),
-        (["--loss", "cross_entropy", "--lr", "-1"], "lr: expected a finite number"),
+        (["--loss", "cross_entropy", "--frozen", "nope"],
+         "frozen[0]: expected a name or pattern that matches a trainable parameter"),
+        (["--loss", "cross_entropy", "--optimizer", "sgd", "--nesterov"],
+         "nesterov: needs momentum > 0"),
     ]:
         bad = tmp / "bad.onnx"
         assert main(["train-step", model, "-o", str(bad), *argv]) == 2
@@ -140,9 +142,9 @@ def test_train_learns_and_writes_model_curve_checkpoint(files, capsys):
     said = capsys.readouterr().out.splitlines()
     epochs = [line for line in said if line.startswith("epoch ")]
     assert len(epochs) == 4
-    means = [float(line.split("mean loss ")[1].split(",")[0]) for line in epochs]
+    means = [float(line.split("train loss ")[1].split(",")[0]) for line in epochs]
     assert means[-1] < means[0] / 2
-    assert "accuracy" in epochs[-1] and float(epochs[-1].split("accuracy ")[1][:4]) > 90
+    assert "accuracy" in epochs[-1] and float(epochs[-1].split("train accuracy ")[1][:4]) > 90
     assert (tmp / "trained.loss.svg").read_text().startswith("<svg")
     with np.load(ck) as z:
         assert int(z["step"]) == 4 * 6  # 96 examples in batches of 16
@@ -285,7 +287,7 @@ def test_without_loss_the_data_file_chooses_it(files, capsys):
                  "0.02", "--epochs", "3", "--curve", ""]) == 0
     said = capsys.readouterr().out
     assert said.startswith("loss: mse") and "accuracy" not in said
-    means = [float(s.split("mean loss ")[1].split(" ")[0]) for s in said.splitlines()
+    means = [float(s.split("train loss ")[1].split(" ")[0]) for s in said.splitlines()
              if s.startswith("epoch ")]
     assert means[-1] < means[0]
 
@@ -296,9 +298,9 @@ def test_mlp_digits_example_trains_and_its_accuracy_is_onnxruntimes(tmp_path, ca
                  str(ROOT / "examples/digits.npz"), "-o", str(out), "--epochs", "2",
                  "-t", "numpy"]) == 0
     epochs = [s for s in capsys.readouterr().out.splitlines() if s.startswith("epoch ")]
-    means = [float(s.split("mean loss ")[1].split(",")[0]) for s in epochs]
+    means = [float(s.split("train loss ")[1].split(",")[0]) for s in epochs]
     assert len(means) == 2 and means[1] < means[0]
-    printed = float(epochs[-1].split("accuracy ")[1].split("%")[0])
+    printed = float(epochs[-1].split("train accuracy ")[1].split("%")[0])
     with np.load(ROOT / "examples/digits.npz") as z:
         x, labels = z["x"], z["labels"]
     got = 100 * np.mean(quiet_session(str(out)).run(None, {"x": x})[0].argmax(1) == labels)
@@ -363,5 +365,5 @@ def test_ignore_index_labels_are_accepted_and_left_out(files, capsys):
     assert main(["train", *common]) == 2
     assert "outside the class range [0, 3)" in capsys.readouterr().err
     assert main(["train", *common, "--ignore-index", "-100"]) == 0
-    assert "mean loss" in capsys.readouterr().out
+    assert "train loss" in capsys.readouterr().out
     assert out.exists()

@@ -14,11 +14,12 @@ import pytest
 
 import gradc
 from gradc import ops
-from helpers import assert_bits, f32, run, assert_c_compiles_cleanly
+from helpers import (assert_bits, f32, run, assert_c_compiles_cleanly, compile_for,
+                     cuda_targets)
 
 import convolution_oracle as oracle
 
-TARGETS = ("reference", "numpy", "c", "onnx")
+TARGETS = ("reference", "numpy", "c", "onnx") + cuda_targets()
 F16, F32, F64 = np.float16, np.float32, np.float64
 
 
@@ -41,7 +42,7 @@ def grads(target, x, w, b, dy, **f):
     feeds = {"x": x, "w": w, "grad_y": dy}
     if b is not None:
         feeds["b"] = b
-    out = gradc.compile(t, target=target, passes=None)(**feeds)
+    out = compile_for(t, target, passes=None)(**feeds)
     names = ["y", "grad_x", "grad_w"] + (["grad_b"] if b is not None else [])
     return [out[k] for k in names]
 

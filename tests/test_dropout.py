@@ -7,9 +7,9 @@ import pytest
 
 import gradc
 from gradc import ops
-from helpers import assert_bits, f32, run
+from helpers import assert_bits, compile_for, cuda_targets, f32, run
 
-TARGETS = ("reference", "numpy", "c", "onnx")
+TARGETS = ("reference", "numpy", "c", "onnx") + cuda_targets()
 X = f32(-1, -2, 3, -4, 5, -6, 7, 8)
 ZEROS = np.zeros(6, np.uint32)
 
@@ -64,7 +64,7 @@ def test_targets_agree_with_a_symbolic_batch_and_chained_states(dtype):
     for name, v in (("y", y2), ("m1", m1), ("m2", m2), ("s_out", s3), ("r", scalar)):
         g.output(v, name)
     rng = np.random.default_rng(1)
-    exes = {t: gradc.compile(g, target=t) for t in TARGETS}
+    exes = {t: compile_for(g, t) for t in TARGETS}
     for n in (1, 5):
         feeds = {"x": rng.standard_normal((n, 3, 4)).astype(dtype),
                  "s": rng.integers(0, 2 ** 32, 6, dtype=np.uint32)}
@@ -96,7 +96,7 @@ def test_gradient_is_dy_times_the_mask_scale_and_finite_differences():
     s = rng.integers(0, 2 ** 32, 6, dtype=np.uint32)
     dy = rng.standard_normal((3, 5))
     for t in TARGETS:
-        out = gradc.compile(dg, target=t)(x=x, s=s, grad_y=dy)
+        out = compile_for(dg, t)(x=x, s=s, grad_y=dy)
         scale = np.float64(1 / (1 - np.float64(np.float32(0.4))))
         assert_bits(out["grad_x"], dy * np.where(out["mask"], scale, 0.0))
     fwd = gradc.compile(dg, target="reference")

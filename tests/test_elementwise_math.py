@@ -90,6 +90,18 @@ def test_t_ew_4_exp_log_sqrt_pow_and_gradients():
                                                                    "grad_x": f32(0, 0)})
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_pow_one_half_is_c_pow_not_sqrt(dtype):
+    """fuzz/regressions/ir: pow is C's pow (§16.2), whose pow(-0, 0.5) is +0 and
+    pow(-inf, 0.5) is +inf (C99 F.9.4.4), where sqrt gives -0 and NaN; NumPy's power takes
+    sqrt for a scalar exponent of 0.5, so the reference gave NaN where C and onnx gave inf."""
+    g = graph(lambda x: {"y": ops.pow(x, 0.5), "z": ops.pow(x, 2.0)}, {"x": (dtype, (5,))})
+    x = np.array([-inf, -0.0, 0.0, -1, 4], dtype)
+    for out in run_targets(g, {"x": x}).values():
+        assert_bits(out["y"], np.array([inf, 0.0, 0.0, nan, 2], dtype), nan_payload=False)
+        assert_bits(out["z"], np.array([inf, 0.0, 0.0, 1, 16], dtype))
+
+
 def test_t_ew_5_sigmoid_tanh_and_gradients():
     t = gradc.grad(graph(lambda x: {"s": ops.sigmoid(x), "t": ops.tanh(x)},
                          {"x": ("float32", (5,))}))

@@ -9,7 +9,11 @@ import numpy as np
 
 import gradc
 
-TARGETS = ("reference", "numpy", "c", "onnx")
+from helpers import compile_for, cuda_targets
+
+# The cuda target runs here through the host harness ("cuda-host"), and on the GPU with
+# GRADC_TEST_CUDA=1 (helpers.cuda_targets).
+TARGETS = ("reference", "numpy", "c", "onnx") + cuda_targets()
 TRANSCENDENTAL = {"exp", "log", "pow", "sigmoid", "tanh"}
 
 
@@ -26,7 +30,7 @@ def graph(fn: Callable[..., dict[str, Any]], inputs: Mapping[str, tuple[str, tup
 def run_targets(g: gradc.Graph, feeds: Mapping[str, np.ndarray], passes: Any = None,
                 targets: tuple[str, ...] = TARGETS) -> dict[str, dict[str, np.ndarray]]:
     """Every target's outputs of ``g`` on ``feeds``."""
-    return {t: gradc.compile(g, target=t, passes=passes)(**feeds) for t in targets}
+    return {t: compile_for(g, t, passes=passes)(**feeds) for t in targets}
 
 
 def ulps(dtype: np.dtype) -> int:

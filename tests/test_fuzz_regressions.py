@@ -166,3 +166,12 @@ def test_worker_survives_hang_crash_and_allocation_bomb() -> None:
         assert w.run("selftest", {"action": "refuse"}).status == "refused"
         payload, r = w.fuzz("selftest", random.Random(1).getrandbits(32))
         assert payload is not None and r.status in ("ok", "refused")
+
+
+def test_a_timeout_is_keyed_by_the_thread_that_ran_the_input() -> None:
+    dump = ("Timeout (0:00:15)!\nThread 0x02 (most recent call first):\n"
+            '  File "/usr/lib/python3.11/threading.py", line 331 in wait\n'
+            "\nThread 0x01 (most recent call first):\n"
+            f'  File "{REPO}/ir/ops/pooling.py", line 225 in tap_outputs\n'
+            f'  File "{REPO}/fuzz/worker.py", line 158 in execute\n')
+    assert innermost_frame(fault_frames(dump)) == "ir/ops/pooling.py:tap_outputs"

@@ -19,9 +19,9 @@ import gradc
 from gradc import ops
 from gradc.check import finite_differences
 from gradc.ir.ops.gemm import gemm_reference
-from helpers import assert_bits, tolerance
+from helpers import assert_bits, compile_for, cuda_targets, tolerance
 
-TARGETS = ("reference", "numpy", "c", "onnx")
+TARGETS = ("reference", "numpy", "c", "onnx") + cuda_targets()
 F16, F32, F64 = np.float16, np.float32, np.float64
 
 
@@ -39,7 +39,7 @@ def _grads(target, a, b, c, dy, **f):
     feeds = {"a": a, "b": b, "grad_y": dy}
     if c is not None:
         feeds["c"] = c
-    return gradc.compile(t, target=target, passes=None)(**feeds)
+    return compile_for(t, target, passes=None)(**feeds)
 
 
 A1 = np.array([[1, 2, 3], [4, 5, 6]], F32)
@@ -191,8 +191,8 @@ def test_targets_agree_with_the_reference(dtype):
         g = _graph(a, b, c, **f)
         feeds = {"a": a, "b": b, **({} if c is None else {"c": c})}
         want = gradc.compile(g, target="reference", passes=None)(**feeds)["y"]
-        for target in ("numpy", "c"):
-            assert_bits(gradc.compile(g, target=target, passes=None)(**feeds)["y"], want)
+        for target in ("numpy", "c") + cuda_targets():
+            assert_bits(compile_for(g, target, passes=None)(**feeds)["y"], want)
         got = gradc.compile(g, target="onnx", passes=None)(**feeds)["y"]
         s = np.abs(oracle(np.abs(a).astype(F64), np.abs(b).astype(F64),
                           None if c is None else np.abs(c).astype(F64), f["trans_a"],

@@ -199,3 +199,79 @@ def test_negative_stride_and_nearest_against_pytorch():
     th.backward(torch.tensor(dy))
     np.testing.assert_array_equal(got["y"], th.detach().numpy())
     np.testing.assert_array_equal(got["grad_x"], tx.grad.numpy())
+
+
+# -- names of the new inputs and outputs (issue 25) ---------------------------------------
+
+def _names_graph(*inputs: str) -> gradc.Graph:
+    g = gradc.Graph("names")
+    vals = [g.input(n, "float32", (3,)) for n in inputs]
+    y = vals[0]
+    for v in vals[1:]:
+        y = ops.mul(y, v)
+    g.output(y, "y")
+    return g
+
+
+def test_grad_names_are_grad_name_unless_taken_then_numbered():
+    g = _names_graph("x", "grad_x")
+    t = gradc.grad(g)
+    assert [v.name for v in t.inputs] == ["x", "grad_x", "grad_y"]
+    assert [v.name for v in t.outputs] == ["y", "grad_x_1", "grad_grad_x"]
+    names = gradc.grad_names(g)
+    assert dict(names.cotangents) == {"y": "grad_y"}
+    assert dict(names.gradients) == {"x": "grad_x_1", "grad_x": "grad_grad_x"}
+    x = np.array([1, 2, 3], np.float32)
+    gx = np.array([4, 5, 6], np.float32)
+    dy = np.array([1, -1, 2], np.float32)
+    out = gradc.compile(t, target="reference")(x=x, grad_x=gx, grad_y=dy)
+    np.testing.assert_array_equal(out["grad_x_1"], dy * gx)
+    np.testing.assert_array_equal(out["grad_grad_x"], dy * x)
+
+
+def test_grad_names_count_earlier_new_names_as_taken():
+    """Cotangents first, then gradients, each skipping the graph's names and earlier new ones:
+    output y's cotangent takes grad_y_1 (grad_y is an input), so input y_1's gradient, whose
+    own name grad_y_1 is then taken, gets grad_y_1_1."""
+    g = _names_graph("y_1", "grad_y")
+    names = gradc.grad_names(g, "inputs")
+    assert dict(names.cotangents) == {"y": "grad_y_1"}
+    assert dict(names.gradients) == {"y_1": "grad_y_1_1", "grad_y": "grad_grad_y"}
+    t = gradc.grad(g)
+    assert [v.name for v in t.inputs][-1] == "grad_y_1"
+    assert [v.name for v in t.outputs] == ["y", "grad_y_1_1", "grad_grad_y"]
+
+
+def test_grad_of_a_grad_graph_differentiates_again():
+    """A training graph (inputs grad_<output>, outputs grad_<input>) differentiated again: the
+    second-order values match finite differences of the first-order graph."""
+    g = gradc.Graph("sq")
+    x = g.input("x", "float64", (3,))
+    g.output(ops.reduce_sum(ops.mul(ops.mul(x, x), x)), "loss")  # sum x^3
+    t = gradc.grad(g)  # inputs x, grad_loss; outputs loss, grad_x = 3 x^2 dl
+    tt = gradc.grad(t, "inputs")
+    names = gradc.grad_names(t, "inputs")
+    assert dict(names.cotangents) == {"loss": "grad_loss_1", "grad_x": "grad_grad_x"}
+    assert dict(names.gradients) == {"x": "grad_x_1", "grad_loss": "grad_grad_loss"}
+    xv = np.array([1.0, -2.0, 0.5])
+    c = np.array([0.5, 1.0, -1.0])
+    out = gradc.compile(tt, target="reference")(x=xv, grad_loss=np.float64(2.0),
+                                                 grad_loss_1=np.float64(0.0), grad_grad_x=c)
+    np.testing.assert_allclose(out["grad_x_1"], 6 * xv * 2.0 * c)  # d/dx <3 x^2 dl, c>
+    np.testing.assert_allclose(out["grad_grad_loss"], np.sum(3 * xv ** 2 * c))
+
+
+def test_training_step_with_parameters_named_grad_something():
+    """training_step finds the gradient of each parameter through grad_names: a parameter
+    literally named grad_w next to w trains (both get their own gradient)."""
+    g = gradc.Graph("tw")
+    x = g.input("x", "float32", (2,))
+    w = g.parameter("w", np.array([1.0, 2.0], np.float32))
+    gw = g.parameter("grad_w", np.array([3.0, -1.0], np.float32))
+    g.output(ops.reduce_sum(ops.mul(ops.mul(x, w), gw)), "loss")
+    step = gradc.training_step(g, gradc.optim.SGD(lr=0.5))
+    out = gradc.compile(step, target="reference")(x=np.array([1.0, 1.0], np.float32),
+                                                  step=np.array([1], np.int64))
+    np.testing.assert_array_equal(out["w.next"], np.array([1 - 1.5, 2 + 0.5], np.float32))
+    np.testing.assert_array_equal(out["grad_w.next"], np.array([3 - 0.5, -1 - 1.0],
+                                                                np.float32))

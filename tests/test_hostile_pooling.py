@@ -359,3 +359,15 @@ def test_no_runtime_warning_escapes_on_infinities():
                 r = gradc.compile(g, target=t)(x=xv, dy=np.array(dyv, np.float16).reshape(
                     1, 1, 1, 2))
             assert not np.isfinite(r["dx"][0, 0, 0, 1])
+
+
+def test_onnx_average_pooling_refuses_a_huge_window_without_walking_it():
+    """fuzz/regressions/cli: ``gradc grad -o x.onnx`` of an average pooling whose window is
+    2**24 taps over a padding of 2**40 walked every candidate tap in Python (16M calls, past
+    the fuzzer's 15 s) before refusing; the walk now stops at WALK_LIMIT candidates."""
+    g = gradc.Graph("p")
+    x = g.input("x", "float64", (1, 1, 1, 1))
+    g.output(ops.average_pooling(x, window_size=[2 ** 20, 1], start_padding=[2 ** 40, 0],
+                                 end_padding=[2 ** 40, 0], include_padding=True), "y")
+    with pytest.raises(gradc.UnsupportedError, match="more than 262144 candidates"):
+        gradc.to_onnx(g)

@@ -142,8 +142,6 @@ def test_a_float_initializer_scaling_a_shape_folds():
 
 
 @pytest.mark.parametrize("nodes,inits,where,what", [
-    ([oh.make_node("Gather", ["x", "i"], ["y"], name="g")], {"i": c64(1)}, "'g'",
-     "gradc has no gather op"),
     ([oh.make_node("Shape", ["x"], ["s"]), oh.make_node("Cast", ["s"], ["y"], to=TP.FLOAT,
                                                         name="c")],
      {}, "'c'", "symbolic dim 'N'"),

@@ -9,9 +9,9 @@ from hypothesis import given, settings, strategies as st
 
 import gradc
 from gradc import ops
-from helpers import assert_bits, f32
+from helpers import assert_bits, compile_for, cuda_targets, f32
 
-TARGETS = ("reference", "numpy", "c", "onnx")
+TARGETS = ("reference", "numpy", "c", "onnx") + cuda_targets()
 LN4, LN2 = np.float32(1.3862943649291992), np.float32(0.6931471824645996)
 
 
@@ -31,7 +31,7 @@ def run_all(dg, feeds, targets=TARGETS):
     feeds = dict(feeds)
     feeds["grad_loss"] = np.ones([feeds["x"].shape[0] if d == "N" else d
                                   for d in loss.type.shape], loss.type.dtype.numpy)
-    return {t: gradc.compile(dg, target=t)(**feeds) for t in targets}
+    return {t: compile_for(dg, t)(**feeds) for t in targets}
 
 
 def nll(**kw):
@@ -103,7 +103,7 @@ def test_t_mse_1():
         g.output(ops.mean_squared_error(a, b, red), "loss")
         dg = gradc.grad(g)
         for t in TARGETS:
-            out = gradc.compile(dg, target=t)(x=x, y=y, grad_loss=np.ones_like(loss))
+            out = compile_for(dg, t)(x=x, y=y, grad_loss=np.ones_like(loss))
             assert_bits(out["loss"], loss)
             assert_bits(out["grad_x"], dx)
             assert_bits(out["grad_y"], -dx)
@@ -329,7 +329,7 @@ def test_mse_matches_torch_on_every_target(reduction):
     loss.backward(torch.ones_like(loss))
     cot = np.ones(loss.shape, np.float32)
     for t in TARGETS:
-        out = gradc.compile(dg, target=t)(x=x, y=y, grad_loss=cot)
+        out = compile_for(dg, t)(x=x, y=y, grad_loss=cot)
         np.testing.assert_allclose(out["loss"], loss.detach().numpy(), rtol=1e-6, err_msg=t)
         # gradc: dY*d + dY*d, divided first (§18.4); PyTorch (2/n)*d*dY: the last bit may differ
         np.testing.assert_allclose(out["grad_x"], xt.grad.numpy(), rtol=3e-7, err_msg=t)

@@ -10,9 +10,9 @@ import pytest
 
 import gradc
 from gradc import ops
-from helpers import assert_bits, f32, run
+from helpers import assert_bits, compile_for, cuda_targets, f32, run
 
-TARGETS = ("reference", "numpy", "c", "onnx")
+TARGETS = ("reference", "numpy", "c", "onnx") + cuda_targets()
 
 
 def run_all(fn, *arrays):
@@ -64,7 +64,7 @@ def test_t_pd_1_pad_and_its_gradient():
     dx = np.array([[12, 13, 14, 15], [22, 23, 24, 25], [32, 33, 34, 35], [42, 43, 44, 45]],
                   np.float32).reshape(1, 1, 4, 4)
     for target in TARGETS:
-        assert_bits(gradc.compile(t, target=target)(x=x, grad_y=dy)["grad_x"], dx)
+        assert_bits(compile_for(t, target)(x=x, grad_y=dy)["grad_x"], dx)
 
 
 # -- §22.9 one-hot ----------------------------------------------------------------------------
@@ -243,7 +243,7 @@ def test_symbolic_batch_dims_flow_and_the_text_round_trips():
              "i": np.array([[4]], np.int64)}
     want = gradc.compile(g, target="reference")(**feeds)
     for target in TARGETS[1:]:
-        got = gradc.compile(g, target=target)(**feeds)
+        got = compile_for(g, target)(**feeds)
         for k in want:
             assert_bits(got[k], want[k])
 
@@ -261,7 +261,7 @@ def test_results_are_new_arrays_that_in_place_steps_cannot_change():
         g.output(v, f"y{k}")
     xv = np.arange(6, dtype=np.float32).reshape(2, 3)
     for target in TARGETS:
-        out = gradc.compile(g, target=target, passes=None)(x=xv)
+        out = compile_for(g, target, passes=None)(x=xv)
         assert_bits(out["y0"], 2 * xv[:1])
         assert_bits(out["y2"], (xv * xv).reshape(1, 2, 3))
 

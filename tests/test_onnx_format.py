@@ -37,10 +37,15 @@ from onnx_import_helpers import c64, cross_check, distinct, make, resize_model, 
 from test_elementwise_math_onnx import MATH_CASES  # noqa: E402
 from training_onnx_cases import dropout_case, nll_case, sce_case  # noqa: E402
 from import_shape_cases import SHAPE_CASES  # noqa: E402
+from test_import_logic import LOGIC_CASES  # noqa: E402
+from import_fold_cases import FOLD_CASES  # noqa: E402
 from movement_onnx_cases import MOVEMENT_CASES  # noqa: E402
 from gemm_onnx_cases import GEMM_CASES  # noqa: E402
 from reduce_onnx_cases import REDUCE_CASES  # noqa: E402
 from test_batch_norm_onnx import BN_CASES  # noqa: E402
+from activation_onnx_cases import ACTIVATION_CASES  # noqa: E402
+from normalization_onnx_cases import NORM_CASES  # noqa: E402
+from transformer_onnx_cases import TRANSFORMER_CASES  # noqa: E402
 
 ONNX_DIR = Path(__file__).resolve().parents[1] / "backends" / "onnx"
 
@@ -219,6 +224,16 @@ CASES: dict[str, tuple[Case, str]] = {
     "SoftmaxCrossEntropyLoss": (sce_case, "log_softmax"),
     # -- parameters
     **SHAPE_CASES,
+    # -- activation
+    **ACTIVATION_CASES,  # tests/activation_onnx_cases.py
+    # -- normalization, gather (SPEC-transformers §28.1)
+    **NORM_CASES,
+    # -- logic and selection (what gradc's own lowerings write)
+    **LOGIC_CASES,
+    # -- shape arithmetic, masks (tests/import_fold_cases.py)
+    **FOLD_CASES,
+    # -- transformers (SPEC-transformers §28)
+    **TRANSFORMER_CASES,  # tests/transformer_onnx_cases.py
 }
 
 

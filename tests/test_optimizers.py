@@ -8,9 +8,9 @@ import pytest
 
 import gradc
 from gradc import ops
-from helpers import assert_bits, f32, run
+from helpers import assert_bits, compile_for, cuda_targets, f32, run
 
-TARGETS = ("reference", "numpy", "c", "onnx")
+TARGETS = ("reference", "numpy", "c", "onnx") + cuda_targets()
 
 
 def i32(v: int) -> np.ndarray:
@@ -158,7 +158,7 @@ def test_targets_agree_with_a_symbolic_batch(kind, dtype):
     feeds["t"] = np.array(7, np.int64)
     want = gradc.compile(g, target="reference")(**feeds)
     for t in TARGETS[1:]:
-        got = gradc.compile(g, target=t)(**feeds)
+        got = compile_for(g, t)(**feeds)
         for name, w in want.items():
             if kind == "sgd":  # exact ops only
                 assert_bits(got[name], w)
@@ -226,5 +226,5 @@ def test_scalar_parameters_stay_scalars():
     feeds = {"x": np.float32(1), "m": np.float32(0.5), "v": np.float32(0.25),
              "g": np.float32(-2), "t": np.array([3], np.int64)}
     for target in TARGETS:
-        out = gradc.compile(g, target=target)(**feeds)
+        out = compile_for(g, target)(**feeds)
         assert all(out[f"y{i}"].shape == () for i in range(5)), target

@@ -8,9 +8,9 @@ from hypothesis import given, settings, strategies as st
 
 import gradc
 from gradc import ops
-from helpers import assert_bits, run, assert_c_compiles_cleanly
+from helpers import assert_bits, run, assert_c_compiles_cleanly, compile_for, cuda_targets
 
-TARGETS = ("reference", "numpy", "c", "onnx")
+TARGETS = ("reference", "numpy", "c", "onnx") + cuda_targets()
 MASK = 0xFFFFFFFF
 
 
@@ -104,7 +104,7 @@ def test_targets_agree_on_symbolic_sizes_and_carries():
     rng = np.random.default_rng(3)
     states = [u32(MASK - 3, MASK, 5, MASK, 9, 10), u32(MASK - 7, MASK, MASK, MASK, 1, 1),
               rng.integers(0, 2 ** 32, 6, dtype=np.uint32)]
-    exes = {t: gradc.compile(g, target=t) for t in TARGETS}
+    exes = {t: compile_for(g, t) for t in TARGETS}
     for state in states:
         for n in (1, 4, 7):
             feeds = {"s": state, "x": np.zeros((n, 3), np.float32)}

@@ -6,8 +6,12 @@ no kernel of its own (``EMITTERS`` is empty). Expressions work on stored forms (
 bit pattern, bool as ``uint8_t`` 0/1):
 
 - ``div``, ``sqrt``: one IEEE operation (float16 widened to float, rounded once on store).
-- ``exp``, ``log``, ``pow``, ``sigmoid``, ``tanh``: the reference's float64 evaluation with
-  double libm functions, rounded once to the dtype (float16 directly from double: ``gc_d2h``).
+- ``exp``, ``log``, ``sigmoid``, ``tanh``: the reference's float64 evaluation, rounded once to the
+  dtype (float16 directly from double: ``gc_d2h``), with ``transcend.h``'s double functions
+  (within about a double ulp, and vectorizable; libm's are scalar calls that keep a loop
+  scalar). ``pow``: exponents 0, 1, 2, 3, -1, 1/2, -1/2 (and -2 below float64) are products,
+  a quotient or a square root (C's ``pow`` semantics at -0.0 and -inf); other exponents call
+  libm's ``pow`` (not vectorized: its accuracy needs a log in double-double).
 - ``maximum``, ``minimum``, ``where``, ``leaky_relu``'s kept branch and the comparisons:
   compared in the compute type, the selected stored value moved unchanged (bit-exact).
 """
@@ -70,15 +74,22 @@ def _transcendental(fn: str) -> Scalar:
     return emit
 
 
+# pow(x, e) for exponents whose result is one or two correctly rounded operations in double:
+# for float32 and float16 data x*x is exact, so x*x*x and 1/(x*x) are rounded once (the
+# correctly rounded double, as glibc's pow gives); for float64 x^3 and x^-1/2 are within 2 ulps,
+# x^-2 is not offered (x*x may be subnormal). transcend.h has the helpers.
+POW_HELPERS = {0.0: "gc_pow_0", 1.0: "gc_pow_1", 2.0: "gc_pow_2", 3.0: "gc_pow_3",
+               -1.0: "gc_pow_m1", 0.5: "gc_pow_h", -0.5: "gc_pow_mh", -2.0: "gc_pow_m2"}
+NARROW_ONLY = {-2.0}
+
+
 def pow_(node: Node, a: list[str]) -> str:
     t = _t(node)
-    e = float_literal(float(node.attrs["exponent"]), "double")
-    return _from_double(t, f"pow({_wd(t, a[0])}, {e})")
-
-
-def sigmoid(node: Node, a: list[str]) -> str:
-    t = _t(node)
-    return _from_double(t, f"(1.0 / (1.0 + exp(-{_wd(t, a[0])})))")
+    e = float(node.attrs["exponent"])
+    helper = POW_HELPERS.get(e)
+    if helper and not (e in NARROW_ONLY and t.dtype == DType.float64):
+        return _from_double(t, f"{helper}({_wd(t, a[0])})")
+    return _from_double(t, f"pow({_wd(t, a[0])}, {float_literal(e, 'double')})")
 
 
 def leaky_relu(node: Node, a: list[str]) -> str:
@@ -114,8 +125,9 @@ def where(node: Node, a: list[str]) -> str:
 
 
 MATH_SCALAR: dict[str, Scalar] = {
-    "div": div, "sqrt": sqrt, "exp": _transcendental("exp"), "log": _transcendental("log"),
-    "tanh": _transcendental("tanh"), "pow": pow_, "sigmoid": sigmoid, "leaky_relu": leaky_relu,
+    "div": div, "sqrt": sqrt, "exp": _transcendental("gc_exp"), "log": _transcendental("gc_log"),
+    "tanh": _transcendental("gc_tanh"), "pow": pow_, "sigmoid": _transcendental("gc_sigmoid"),
+    "leaky_relu": leaky_relu,
     "maximum": _extremum(">="), "minimum": _extremum("<="),
     "greater": _compare(">"), "less": _compare("<"), "equal": _compare("=="),
     "greater_equal": _compare(">="), "less_equal": _compare("<="),

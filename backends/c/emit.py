@@ -19,7 +19,9 @@ import numpy as np
 
 from gradc.errors import UnsupportedError
 from gradc.ir.core import Graph, Node, Value, parameters_as_inputs
-from gradc.ir.fused import anchors_group, violations
+from gradc.backends.plan import (Memory, Plan, Sizes, assign_buffers, checks_before_writes,
+                                 flatten, hoist_sinks, plan_arena, plan_in_place, raises,
+                                 relu_epilogues)
 
 from gradc.backends.c import elementwise_math as math_kernels
 from gradc.backends.c import reduce as reduce_kernels
@@ -28,7 +30,10 @@ from gradc.backends.c import conv as conv_kernels
 from gradc.backends.c import gemm as gemm_kernels
 from gradc.backends.c import batch_norm as batch_norm_kernels
 from gradc.backends.c import training as training_kernels
+from gradc.backends.c import normalization as normalization_kernels
+from gradc.backends.c import gather as gather_kernels
 from gradc.backends.c.kernel import Kernel
+from gradc.backends.c.groups import GROUP_EMITTERS, form_groups
 from gradc.backends.c.pool import emit_max_pooling, emit_max_pooling_grad
 from gradc.backends.c.resample import emit_resample, emit_resample_grad
 from gradc.backends.c.slice_grad import emit_slice_grad
@@ -55,6 +60,8 @@ def _emitters() -> dict[str, Emitter]:
     table.update(gemm_kernels.EMITTERS)
     table.update(batch_norm_kernels.EMITTERS)
     table.update(training_kernels.EMITTERS)
+    table.update(normalization_kernels.EMITTERS)
+    table.update(gather_kernels.EMITTERS)
     return table
 
 
@@ -93,69 +100,6 @@ def check_supported(graph: Graph) -> None:
                                f"{', '.join(sorted(missing))}")
 
 
-@dataclass
-class _Plan:
-    dims: Dims
-    alias: dict[Value, Value] = field(default_factory=dict)
-    nodes: list[Node] = field(default_factory=list)
-    epilogue: dict[Node, str] = field(default_factory=dict)  # kernel -> op applied as it stores
-
-    def resolve(self, v: Value) -> Value:
-        seen = 0
-        while v in self.alias and seen < 10_000:
-            v, seen = self.alias[v], seen + 1
-        return v
-
-
-def _group_ok(n: Node, dims: Dims) -> bool:
-    """True when a fused node is a legal group (``gradc.ir.fused``) that runs as one kernel."""
-    kind = n.attrs.get("kind")
-    return (kind == "elementwise" or anchors_group(kind)) and not violations(n, dims)
-
-
-def _flatten(g: Graph, plan: _Plan) -> None:
-    for n in g.nodes:
-        if n.body is not None and not _group_ok(n, plan.dims):
-            for bi, oi in zip(n.body.inputs, n.inputs):
-                plan.alias[bi] = oi
-            _flatten(n.body, plan)
-            for oo, bo in zip(n.outputs, n.body.outputs):
-                plan.alias[oo] = bo
-        else:
-            plan.nodes.append(n)
-
-
-def _relu_epilogues(graph: Graph, plan: _Plan) -> None:
-    """A relu whose operand is a forward convolution's float32/float64 result that nothing else
-    reads runs as that convolution's epilogue: the kernel stores ``v > 0 ? v : +0`` (the relu
-    kernel's own expression) for each finished sum ``v`` (after the bias), and the relu's result
-    becomes an alias of the convolution's. One pass over the result fewer (squeezenet's layers).
-    """
-    outs = {plan.resolve(v) for v in graph.outputs}
-    readers: dict[Value, int] = {}
-    for n in plan.nodes:
-        for u in n.inputs:
-            r = plan.resolve(u)
-            readers[r] = readers.get(r, 0) + 1
-    kernels = set(plan.nodes)
-    drop = []
-    for n in plan.nodes:
-        if n.op != "relu" or n.body is not None:
-            continue
-        u = plan.resolve(n.inputs[0])
-        c = u.producer
-        if (c is None or c not in kernels or c.op != "convolution" or c in plan.epilogue
-                or c.attrs.get("direction") != "forward" or readers.get(u) != 1 or u in outs
-                or u.type != n.outputs[0].type
-                or u.type.dtype.name not in ("float32", "float64")):
-            continue
-        plan.epilogue[c] = "relu"
-        plan.alias[n.outputs[0]] = u
-        drop.append(n)
-    dropped = set(drop)
-    plan.nodes[:] = [n for n in plan.nodes if n not in dropped]
-
-
 def _symbols(graph: Graph, nodes: list[Node]) -> list[str]:
     seen: dict[str, None] = {}
 
@@ -181,263 +125,108 @@ def generate(graph: Graph, shapes: Mapping[str, int] | None = None,
     parameters are arguments like inputs (the Executable feeds their values).
 
     ``in_place`` maps output names to input (or parameter) names whose buffer the output may
-    overwrite (``update_in_place``, see ``_plan_in_place``); ``Program.in_place`` holds the
-    pairs that were granted."""
+    overwrite (``update_in_place``, see ``gradc.backends.plan.plan_in_place``);
+    ``Program.in_place`` holds the pairs that were granted. The kernel order, the buffers and
+    the arena come from the shared plan (``gradc.backends.plan``)."""
     graph = parameters_as_inputs(graph)
     check_supported(graph)
-    plan = _Plan(Dims([], dict(shapes or {})))
-    _flatten(graph, plan)
-    _relu_epilogues(graph, plan)
+    plan = Plan(Sizes(shapes or {}))
+    flatten(graph, plan)
+    relu_epilogues(graph, plan)
+    form_groups(graph, plan)
     symbols = _symbols(graph, plan.nodes)
-    plan.dims = Dims(symbols, dict(shapes or {}))
-    _hoist_sinks(plan)
-    granted = _plan_in_place(graph, plan, in_place or {})
-    return _Builder(graph, plan, symbols, granted, profile).build()
+    dims = Dims(symbols, dict(shapes or {}))
+    hoist_sinks(plan)
+    granted = plan_in_place(graph, plan, in_place or {}, KERNELS)
+    granted = checks_before_writes(graph, plan, granted)
+    memory = assign_buffers(graph, plan, granted, KERNELS)
+    return _Builder(graph, plan, dims, memory, symbols, granted, profile).build()
 
 
-SMALL_RESULTS = 1024  # elements: a kernel whose results are all this small runs early
+class _CKernels:
+    """What the C kernels guarantee to the memory plan (``gradc.backends.plan``)."""
+
+    def elementwise(self, n: Node) -> bool:
+        """A kernel that loads each element of its operands (into a local, ``ExprGen``) before
+        it stores that element."""
+        return (n.attrs.get("kind") == "elementwise" if n.body is not None
+                else EMITTERS.get(n.op) is emit_elementwise)
+
+    def reads_all_first(self, n: Node, out: Value) -> bool:
+        """``random_generator`` reads the six words of its state into locals before it writes
+        its next state."""
+        return n.op == "random_generator" and out is n.outputs[1]
 
 
-def _hoist_sinks(plan: _Plan) -> None:
-    """Moves each kernel whose results no other kernel reads (the graph's outputs only: an
-    optimizer's update of a parameter and its moments, a returned gradient), and each kernel
-    whose results are small (``SMALL_RESULTS`` elements in all, static), up to just after the
-    last kernel it depends on; the others keep their order.
-
-    A training step's updates come last in its graph, long after the backward pass produced
-    their gradients; run there, each re-reads its gradient from memory, and the gradient's
-    buffer stays live to the end of the step. Run early, the gradient (and the parameter, which
-    the backward has just read) are still in cache and the gradient's buffer is freed at once.
-    The small kernels are what the updates share (the bias corrections of the step number) or
-    reduce a large value to (a bias gradient); moved up, no value but their small results lives
-    longer. ``_plan_in_place`` may still move an update down, after the last reader of the
-    buffer it overwrites.
-
-    The order stays topological: a moved kernel follows its dependencies (fixed ones by
-    position, moved ones by the same rule, earlier in the original order), and a fixed kernel
-    that reads a moved one still follows it (the moved one's dependencies all precede it).
-    """
-    read = {plan.resolve(u) for n in plan.nodes for u in n.inputs}
-
-    def movable(n: Node) -> bool:
-        if not n.outputs:
-            return False
-        if not any(v in read for v in n.outputs):
-            return True
-        total = 0
-        for v in n.outputs:
-            size = plan.dims.prod_static(v.type.shape)
-            if size is None:
-                return False
-            total += size
-        return total <= SMALL_RESULTS
-
-    fixed: dict[Node, int] = {}
-    anchor: dict[Node, int] = {}
-    after: dict[int, list[Node]] = {}
-    for n in plan.nodes:
-        if not movable(n):
-            fixed[n] = len(fixed)
-            continue
-        deps = [fixed[p] if p in fixed else anchor[p] for u in n.inputs
-                if (p := plan.resolve(u).producer) in fixed or p in anchor]
-        anchor[n] = max(deps, default=-1)
-        after.setdefault(anchor[n], []).append(n)
-    order = after.get(-1, [])
-    for n, k in fixed.items():
-        order.append(n)
-        order.extend(after.get(k, []))
-    plan.nodes[:] = order
-
-
-def _buffer_root(plan: _Plan, v: Value, outs: set[Value]) -> Value:
-    """The value whose buffer ``v`` lives in: through aliases and ``reshape`` views (an
-    output's reshape has a buffer of its own)."""
-    v = plan.resolve(v)
-    while v.producer is not None and v.producer.op == "reshape" and v not in outs:
-        v = plan.resolve(v.producer.inputs[0])
-    return v
-
-
-def _elementwise(n: Node) -> bool:
-    """A kernel that loads each element of its operands before it stores that element."""
-    return (n.attrs.get("kind") == "elementwise" if n.body is not None
-            else EMITTERS.get(n.op) is emit_elementwise)
-
-
-def _plan_in_place(graph: Graph, plan: _Plan, wanted: Mapping[str, str]) -> dict[int, int]:
-    """Which outputs are written into an input's buffer; reorders ``plan.nodes`` to allow it.
-
-    A pair (output ``o``, input ``x``) is granted when both have one type, ``o`` is computed by
-    a kernel ``W`` (not an input, a constant or another output's value) and
-
-    - ``W`` reads ``x``'s buffer only as an elementwise kernel whose operand has ``o``'s shape:
-      each element is loaded into a local before the element is stored (``ExprGen``), so the
-      load of ``x[i]`` precedes the store of ``o[i]``; or ``W`` is ``random_generator`` writing
-      its next state over its state (it reads the six words into locals first); no other
-      kernel kind may overwrite what it reads;
-    - every other kernel that reads ``x`` (also through a ``reshape`` alias) runs before ``W``:
-      ``W`` is moved down to just after the last one, which is allowed when no kernel in
-      between reads a result of ``W``.
-
-    Other pairs are not granted: their outputs get fresh buffers as usual.
-    """
-    if not wanted:
-        return {}
-    in_index = {v.name: i for i, v in enumerate(graph.inputs)}
-    outs = [plan.resolve(v) for v in graph.outputs]
-    out_set = set(outs)
-
-    def root(v: Value) -> Value:
-        return _buffer_root(plan, v, out_set)
-
-    nodes = plan.nodes
-
-    def reads(n: Node, x: Value) -> list[Value]:
-        return [u for u in n.inputs if root(u) is x]
-
-    pairs: dict[int, int] = {}
-    for j, o_val in enumerate(graph.outputs):
-        name = wanted.get(o_val.name)
-        if name is None or name not in in_index:
-            continue
-        i = in_index[name]
-        x, o = graph.inputs[i], outs[j]
-        w = o.producer
-        if (o.type != x.type or w is None or w.op == "constant" or w not in nodes
-                or outs.count(o) != 1 or i in pairs.values()):
-            continue
-        state_update = w.op == "random_generator" and o is w.outputs[1]
-        if not state_update and any(not _elementwise(w) or u.type.shape != o.type.shape
-                                    for u in reads(w, x)):
-            continue  # the writer would overwrite elements it has still to read
-        pairs[j] = i
-    for _ in range(len(pairs) + 1):
-        writers: dict[Node, list[Value]] = {}
-        for j, i in pairs.items():
-            writers.setdefault(outs[j].producer, []).append(graph.inputs[i])  # type: ignore
-        moved_ok = True
-        for w, xs in writers.items():
-            pos = nodes.index(w)
-            last = max((k for k, n in enumerate(nodes) if n is not w
-                        and any(reads(n, x) for x in xs)), default=-1)
-            if last <= pos:
-                continue
-            results = set(w.outputs)
-            if any(root(u) in results or u in results for n in nodes[pos + 1:last + 1]
-                   for u in n.inputs):
-                for j in [j for j, i in pairs.items() if outs[j].producer is w]:
-                    del pairs[j]
-                moved_ok = False
-                break
-            nodes.remove(w)
-            nodes.insert(last, w)  # `last` shifted down by one: just after the last reader
-        if moved_ok:
-            break
-    # A final check of the order: every reader of a granted input precedes its writer.
-    for j, i in list(pairs.items()):
-        w = outs[j].producer
-        pos = nodes.index(w)  # type: ignore[arg-type]
-        if any(k > pos and reads(n, graph.inputs[i]) for k, n in enumerate(nodes)):
-            del pairs[j]
-    return pairs
+KERNELS = _CKernels()
 
 
 class _Builder:
     """Assigns buffers and writes the kernels and the entry function."""
 
-    def __init__(self, graph: Graph, plan: _Plan, symbols: list[str],
-                 in_place: dict[int, int] | None = None, profile: bool = False) -> None:
+    def __init__(self, graph: Graph, plan: Plan, dims: Dims, memory: Memory,
+                 symbols: list[str], in_place: dict[int, int] | None = None,
+                 profile: bool = False) -> None:
         self.graph = graph
         self.profile = profile
         self.labels: list[str] = []
         self.arena_bytes: int | None = None
         self.in_place = in_place or {}
         self.plan = plan
-        self.dims = plan.dims
+        self.memory = memory
+        self.dims = dims
         self.symbols = symbols
-        self.buf: dict[Value, str] = {}
-        self.owned: dict[str, Value] = {}  # malloc'd buffer name -> value
+        nin = len(graph.inputs)
+        # The C names of the plan's buffers: the caller's arrays A[...], the temporaries b<k>
+        # (kept in B[k] by the entry), the constants' static arrays.
+        names = {"input": lambda i: f"A[{i}]", "output": lambda j: f"A[{nin + j}]",
+                 "temp": lambda k: f"b{k}", "constant": lambda c: f"(void *)gc_const{c}"}
+        self.buf: dict[Value, str] = {v: names[b.kind](b.index)
+                                      for v, b in memory.buffers.items()}
+        self.owned: dict[str, Value] = {f"b{k}": v for k, v in enumerate(memory.owners)}
         self.statics: list[str] = []
-        self.kernels: list[CWriter] = []
+        self.kernels: list[str] = []  # the text of each distinct kernel function
+        self.distinct: dict[str, str] = {}  # a kernel's text (unnamed) -> its function's name
 
     def build(self) -> Program:
         """Assemble the whole program."""
         g = self.graph
-        nin = len(g.inputs)
-        for i, v in enumerate(g.inputs):
-            self.buf[v] = f"A[{i}]"
         outs = [self.plan.resolve(v) for v in g.outputs]
-        for j, v in enumerate(outs):
-            k = self.in_place.get(j)
-            self.buf[v] = f"A[{nin + j}]" if k is None else f"A[{k}]"
         steps = self._steps(set(outs))
         entry = CWriter()
         self._entry(entry, steps)  # plans the arena, which the header reports
         w = CWriter()
-        _header(w, g, self.symbols, self.dims, self.in_place, self.arena_bytes)
+        _header(w, g, self.symbols, self.dims, self.in_place, self.arena_bytes,
+                raises(self.plan.nodes))
         w.blank()
         w.line(*PRELUDE.splitlines())
+        if raises(self.plan.nodes):  # the record of a run-time input error
+            w.blank()
+            w.line(*gather_kernels.ERROR_RECORD.splitlines())
         if self.statics:
             w.blank()
             w.line(*self.statics)
         for kernel in self.kernels:
             w.blank()
-            w.nest(kernel)
+            w.line(*kernel.splitlines())
         w.blank()
         w.nest(entry)
         return Program(w.text() + "\n", self.symbols, list(g.inputs), list(g.outputs),
                        dict(self.in_place), self.arena_bytes, list(self.labels), self.profile)
 
-    # -- planning ------------------------------------------------------------------------
-    def _steps(self, outs: set[Value]) -> list[tuple[Node, str | None]]:
-        """Assign buffers and kernels; returns (node, kernel call or None) in order."""
-        nodes = self.plan.nodes
-        last_read: dict[Value, int] = {}  # buffer (its root value) -> last node reading it
-        for i, n in enumerate(nodes):
-            for u in n.inputs:
-                last_read[_buffer_root(self.plan, u, outs)] = i
-        steps = []
-        for i, n in enumerate(nodes):
+    # -- kernels -------------------------------------------------------------------------
+    def _steps(self, outs: set[Value]) -> list[tuple[Node, str | None, int]]:
+        """Write the kernels (buffers from the plan); returns (node, kernel call or None, the
+        call's profile slot or -1)."""
+        steps: list[tuple[Node, str | None, int]] = []
+        for n in self.plan.nodes:
             if n.op == "constant":
-                steps.append((n, self._constant(n, outs)))
-                continue
-            if n.op == "reshape" and n.outputs[0] not in outs:
-                self.buf[n.outputs[0]] = self.buf[self.plan.resolve(n.inputs[0])]
-                steps.append((n, None))
-                continue
-            taken: set[str] = set()
-            for v in n.outputs:
-                if v not in self.buf:
-                    name = self._take_over(n, i, v, outs, last_read, taken)
-                    if name is None:
-                        name = f"b{len(self.owned)}"
-                        self.owned[name] = v
-                    self.buf[v] = name
-                    taken.add(name)
-            steps.append((n, self._kernel(n)))
+                steps.append((n, self._constant(n, outs), -1))
+            elif n in self.memory.views:
+                steps.append((n, None, -1))
+            else:
+                steps.append((n, self._kernel(n), len(self.labels) - 1))
         return steps
-
-    def _take_over(self, n: Node, i: int, v: Value, outs: set[Value],
-                   last_read: Mapping[Value, int], taken: set[str]) -> str | None:
-        """An intermediate buffer that elementwise node ``n`` (step ``i``) may write its result
-        ``v`` into: an operand of ``v``'s type that no later node reads (an output has its own
-        buffer, never the arena's). Each element is loaded into a local before the element is
-        stored (``ExprGen``), so the load of ``x[i]`` precedes the store of ``v[i]`` (as for
-        ``_plan_in_place``); the kernel binds one parameter for both. A relu over its dying
-        input, an accumulation of gradients: the arena then holds one buffer, not two."""
-        if not _elementwise(n):
-            return None
-        for u in n.inputs:
-            r = _buffer_root(self.plan, u, outs)
-            b = self.buf.get(r, "")
-            if (b not in self.owned or b in taken or last_read.get(r) != i
-                    or u.type != v.type or self._bytes(self.owned[b]) != self._bytes(v)):
-                continue
-            if all(w.type.shape == v.type.shape for w in n.inputs
-                   if _buffer_root(self.plan, w, outs) is r):
-                return b
-        return None
 
     def _constant(self, n: Node, outs: set[Value]) -> str | None:
         v = n.outputs[0]
@@ -450,12 +239,16 @@ class _Builder:
         if v in outs:
             size = bits.size * arr.dtype.itemsize
             return f"memcpy({self.buf[v]}, {name}, {size});"
-        self.buf[v] = f"(void *){name}"
-        return None
+        return None  # the plan made ``name`` the value's buffer (``Buffer("constant", c)``)
 
     def _kernel(self, n: Node) -> str:
-        """Emit the function of one node; returns the C call."""
-        name = f"k{len(self.kernels)}"
+        """Emit the function of one node, or reuse an identical one; returns the C call.
+
+        A kernel reads and writes its buffers only through its parameters, so two nodes whose
+        functions have the same text (the identical kernels of identical layers) share one C
+        function: the compiler sees each distinct kernel once, and the compile time of a deep
+        model grows with its distinct layers, not with its depth."""
+        name = "GC_KERNEL_NAME"  # replaced by the function's name once its text is known
         params: dict[str, str] = {}  # buffer -> parameter
         ptr: dict[Value, str] = {}
         order: list[tuple[str, Value, bool]] = []
@@ -479,6 +272,8 @@ class _Builder:
         k = Kernel(name, n, self.dims, ptr, epilogue=self.plan.epilogue.get(n))
         if n.body is None:
             EMITTERS[n.op](k)
+        elif n.attrs["kind"] in GROUP_EMITTERS:
+            GROUP_EMITTERS[n.attrs["kind"]](k)
         elif n.attrs["kind"] == "elementwise":
             emit_elementwise(k)
         else:
@@ -497,7 +292,12 @@ class _Builder:
             w.line("(void)S; (void)nt;" + unused)
             w.nest(k.code)
             w.line("return 0;")
-        self.kernels.append(w)
+        text = w.text()
+        name = self.distinct.get(text, "")
+        if not name:
+            name = f"k{len(self.kernels)}"
+            self.distinct[text] = name
+            self.kernels.append(text.replace("GC_KERNEL_NAME", name, 1))
         label = kernel_label(n)
         self.labels.append(label if k.epilogue is None else f"{label} + {k.epilogue}")
         args = []
@@ -507,27 +307,16 @@ class _Builder:
         return f"rc = {name}(S, nt, {', '.join(args)});"
 
     # -- entry -------------------------------------------------------------------------------
-    def _entry(self, w: CWriter, steps: list[tuple[Node, str | None]]) -> None:
+    def _entry(self, w: CWriter, steps: list[tuple[Node, str | None, int]]) -> None:
         """Write ``gradc_entry_arena`` and ``gradc_entry`` (see ``_arena`` for the buffers)."""
-        first: dict[str, int] = {}
-        last: dict[str, int] = {}
-        for i, (n, _) in enumerate(steps):
-            for v in n.inputs:
-                b = self.buf[self.plan.resolve(v)]
-                if b in self.owned:
-                    last[b] = i
-            for v in n.outputs:
-                b = self.buf.get(v, "")
-                if b in self.owned:
-                    first.setdefault(b, i)
-                    last[b] = max(last.get(b, i), i)
+        mem = self.memory
+        last = {f"b{k}": i for k, i in mem.last.items()}
         sizes = {b: self._bytes(v) for b, v in self.owned.items()}
         offsets = None
-        if all(isinstance(z, int) for z in sizes.values()):
-            offsets, total = plan_arena({b: (first.get(b, 0), last.get(b, 0), int(z))
-                                         for b, z in sizes.items()})
+        if mem.static_sizes():
+            offsets, total = plan_arena(mem.lives())
             self.arena_bytes = total
-        nk = len(self.kernels)
+        nk = len(self.labels)  # profile slots: one per kernel call
         if self.profile:
             w.line(f"static double gc_prof[{2 * max(nk, 1)}];",
                    "GC_INLINE double gc_now(void) {",
@@ -544,7 +333,7 @@ class _Builder:
             with w.block(head + "void **B, char *arena)"):
                 w.line("int rc = 0;", "(void)S; (void)A; (void)nt; (void)B; (void)arena;")
                 for i in part:
-                    n, call = steps[i]
+                    n, call, kid = steps[i]
                     for v in n.outputs:
                         b = self.buf.get(v, "")
                         if b in self.owned and self.owned[b] is v:
@@ -555,8 +344,7 @@ class _Builder:
                                        f"if (!{_slot(b)}) return 1;")
                     if call is not None:
                         text = _BUFFER.sub(lambda m: _slot(m.group(0)), call)
-                        if self.profile and call.startswith("rc = k"):
-                            kid = int(call[len("rc = k"):call.index("(")])
+                        if self.profile and kid >= 0:
                             w.line("{ const double t0 = gc_now(); " + text,
                                    f"  gc_prof[{2 * kid}] += gc_now() - t0; "
                                    f"gc_prof[{2 * kid + 1}] += 1; }}")
@@ -630,42 +418,6 @@ def kernel_label(n: Node) -> str:
     return f"{what} -> {v.type.dtype.name}[{shape}]"
 
 
-ALIGN = 64  # bytes: every buffer of the arena starts on a cache line
-
-
-def plan_arena(lives: Mapping[str, tuple[int, int, int]]) -> tuple[dict[str, int], int]:
-    """Offsets of buffers in one arena, from their lifetimes: (first step, last step, bytes).
-
-    Two buffers whose step ranges overlap never overlap in memory. Greedy by size (largest
-    first), each at the lowest offset that is free during its whole life: near the peak of live
-    bytes for the nets of a training step (the benchmark prints both). Returns (offsets, total).
-    """
-    order = sorted(lives, key=lambda b: (-lives[b][2], lives[b][0], b))
-    n = len(order)
-    f = np.empty(n, np.int64)
-    la = np.empty(n, np.int64)
-    lo = np.empty(n, np.int64)
-    hi = np.empty(n, np.int64)
-    offsets: dict[str, int] = {}
-    total = 0
-    for k, b in enumerate(order):
-        s, e, size = lives[b]
-        size = max(ALIGN, -(-size // ALIGN) * ALIGN)
-        live = (f[:k] <= e) & (la[:k] >= s)
-        off = 0
-        if live.any():
-            idx = np.argsort(lo[:k][live], kind="stable")
-            starts, ends = lo[:k][live][idx], hi[:k][live][idx]
-            for a, z in zip(starts.tolist(), ends.tolist()):
-                if a - off >= size:
-                    break
-                off = max(off, z)
-        f[k], la[k], lo[k], hi[k] = s, e, off, off + size
-        offsets[b] = off
-        total = max(total, off + size)
-    return offsets, total
-
-
 # The entry's steps (allocate, call a kernel, free) are written in functions of this many steps:
 # a C compiler's register allocation is superlinear in the size of one function (one function
 # of 2,500 steps did not build in 300 s; in parts of 64, the build time is linear in the steps).
@@ -679,7 +431,8 @@ def _slot(b: str) -> str:
 
 
 def _header(w: CWriter, g: Graph, symbols: list[str], dims: Dims,
-            in_place: Mapping[int, int], arena: int | None = None) -> None:
+            in_place: Mapping[int, int], arena: int | None = None,
+            checks: bool = False) -> None:
     """Write the calling convention of ``gradc_entry``, so the file can be used on its own.
 
     No user name appears, even in this comment: arrays are described by position, dtype and
@@ -704,6 +457,9 @@ def _header(w: CWriter, g: Graph, symbols: list[str], dims: Dims,
                   if j in in_place else "") for j, v in enumerate(g.outputs)),
               "  nt: OpenMP threads (<= 0: OpenMP's default)",
               "  returns 0, or non-zero when a temporary buffer could not be allocated.",
+              *(["  returns 2 when an input value is out of range (an index; nothing is "
+                 "written): gradc_error(int64_t out[12]) gives op, value, size, rank, "
+                 "position"] if checks else []),
               "int gradc_entry_arena(const int64_t *S, void *const *A, int nt, void *arena)",
               "  the same, with the intermediate values in a caller's arena of "
               "gradc_arena_bytes() bytes",

@@ -27,6 +27,7 @@ from typing import Any, Sequence
 from gradc.backends.c.average_pooling import EMITTERS as AVERAGE_POOLING_EMITTERS
 from gradc.backends.c.ctypes_map import CType, ctype, float_literal
 from gradc.backends.c.kernel import Kernel, omp_for
+from gradc.backends.c.mm import emit_plain, plain_product
 from gradc.backends.c.scalar import narrow, widen
 from gradc.backends.c.writer import CWriter
 from gradc.ir.core import Value
@@ -52,8 +53,12 @@ def _batch_strides(k: Kernel, v: Value, out_batch: Sequence[Dim]) -> list[str]:
 
 
 def emit_gemm(k: Kernel) -> None:
-    """``Y = alpha * op(a) @ op(b) + beta * c`` in §11.1's order (module docstring)."""
+    """``Y = alpha * op(a) @ op(b) + beta * c`` in §11.1's order (module docstring); plain
+    float32/float64 products go through the prelude's ``gc_mm`` (``mm.py``)."""
     node = k.node
+    if plain_product(node, k.dims):
+        emit_plain(k)
+        return
     a, b = node.inputs[0], node.inputs[1]
     c = node.inputs[2] if len(node.inputs) == 3 and node.attrs["beta"] != 0 else None
     y = node.outputs[0]

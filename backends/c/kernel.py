@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from gradc.errors import GradcError
 from gradc.ir.core import Node, Value
 from gradc.ir.fused import anchored_parts
 from gradc.ir.types import Dim
 
-from gradc.backends.c.scalar import ExprGen
+from gradc.backends.c.scalar import ExprGen, Scalar
 from gradc.backends.c.ctypes_map import Dims, ctype, strides
 from gradc.backends.c.writer import CWriter
 
@@ -32,6 +32,7 @@ class Kernel:
     types: dict[str, str] = field(default_factory=dict)  # parameter -> C element type override
     read: set[str] = field(default_factory=set)  # parameters that the body uses
     epilogue: str | None = None  # "relu": applied to each result as it is stored (emit.py)
+    scalar: Mapping[str, Scalar] | None = None  # the expressions' dialect (None: SCALAR, C's)
 
     def param(self, v: Value) -> str:
         """The parameter holding ``v``, noted as used by the body."""
@@ -102,7 +103,8 @@ def ctx_gen(k: Kernel, shape: Sequence[Dim], flat: str, loads: dict[Value, str],
     """An ExprGen of kernel ``k`` whose loads index ``loads[value]`` at element ``flat`` of
     ``shape`` (the parameters it loads from are noted in ``k.read``)."""
     ctx = FlatCtx(k.dims, shape, flat, prefix)
-    gen = ExprGen({v: (p, ctx.offset) for v, p in loads.items()}, fixed, prefix, k.read)
+    gen = ExprGen({v: (p, ctx.offset) for v, p in loads.items()}, fixed, prefix, k.read,
+                  k.scalar)
     ctx.gen = gen
     return gen
 

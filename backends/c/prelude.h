@@ -13,6 +13,8 @@
  * - gc_wrap_*: integer narrowing by wrap-around without implementation-defined conversions.
  * - gc_axis_taps: SPEC.md section 6.1 for one axis, the same float32 operations as
  *   gradc.ir.ops.resample.axis_taps (compiled with -ffp-contract=off: one rounding each).
+ * - The transcendental functions (gc_exp, gc_log, gc_tanh, gc_erf, gc_sin, gc_cos, gc_gelu_*):
+ *   transcend.h, which backends/c/prelude.py appends to this header.
  *
  * GC_BLK must equal STREAM_BLOCK in backends/c/kernel.py (tests/test_c_golden.py checks it).
  */

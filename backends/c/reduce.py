@@ -127,6 +127,10 @@ def _softmax(log: bool) -> Any:
         n = k.node
         x, y = n.inputs[0], n.outputs[0]
         t, axes, shape = ctype(x.type.dtype), n.attrs["axes"], x.type.shape
+        r = len(shape)
+        if not t.is_f16 and sorted(axes) == list(range(r - len(axes), r)):
+            _softmax_rows(k, t, log)
+            return
         a = t.acc
         xs, ys = k.param(x), k.param(y)
         cw = k.code
@@ -135,16 +139,56 @@ def _softmax(log: bool) -> Any:
             cw.declare(a, "total", "-0.0")
             sh = f"const {a} sh = ({a})({_widen(t, f'{xs}[o]')} - mx);"
             with _members(k, shape, axes):
-                cw.line(f"const int64_t o = {off};", sh, f"total += ({a})exp((double)sh);")
+                cw.line(f"const int64_t o = {off};", sh, f"total += ({a})gc_exp((double)sh);")
             if log:
-                cw.declare(f"const {a}", "lt", f"({a})log((double)total)")
+                cw.declare(f"const {a}", "lt", f"({a})gc_log((double)total)")
                 value = f"({a})(sh - lt)"
             else:
-                value = f"({a})(({a})exp((double)sh) / total)"
+                value = f"({a})(({a})gc_exp((double)sh) / total)"
             with _members(k, shape, axes):
                 cw.line(f"const int64_t o = {off};", sh, f"{ys}[o] = {_store(t, value)};")
     emit.__doc__ = f"{'log_' if log else ''}softmax: §17.1's steps per group, in ACC."
     return emit
+
+
+def _softmax_rows(k: Kernel, t: CType, log: bool) -> None:
+    """float32/float64 softmax over trailing axes: each group is a contiguous row of ``L``.
+
+    The same values as the general loop, in passes that vectorize, GC_ROWS rows at a time
+    (transcend.h's ``gc_row*``): the row's maximum in lanes (§14.2's selection of the first
+    maximum where that is 0 or -inf, the cases where which maximum is taken shows),
+    ``e = exp(x - mx)`` stored into the output, the rows' sums in canonical order from -0.0
+    advanced together, then the output divided by its row's total (or ``sh - log(total)``).
+    """
+    n, cw, dims = k.node, k.code, k.dims
+    x, y = n.inputs[0], n.outputs[0]
+    axes, shape = n.attrs["axes"], x.type.shape
+    a, sfx = t.acc, ("f32" if t.acc == "float" else "f64")  # float32, float64: ACC is the dtype
+    xs, ys = k.param(x), k.param(y)
+    cw.declare("const int64_t", "L", dims.prod([shape[i] for i in axes]))
+    cw.declare("const int64_t", "G", dims.prod([d for i, d in enumerate(shape) if i not in axes]))
+    cw.line(omp_for(dims.prod(shape)))
+    with cw.block("for (int64_t gb = 0; gb < G; gb += GC_ROWS)"):
+        cw.declare("const int64_t", "nr", "G - gb < GC_ROWS ? G - gb : GC_ROWS")
+        cw.line(f"{a} mx[GC_ROWS], total[GC_ROWS];")
+        with cw.block("for (int64_t r = 0; r < nr; r++)"):
+            cw.declare(f"const {a} *restrict", "xr", f"{xs} + (gb + r) * L")
+            cw.line(f"mx[r] = gc_rowmax_{sfx}(xr, L);",
+                    f"if (!(mx[r] != 0 && mx[r] > -({a})INFINITY))",
+                    f"  mx[r] = gc_rowfirst_{sfx}(xr, L);",
+                    f"gc_rowexp_{sfx}(xr, {ys} + (gb + r) * L, L, mx[r]);")
+        cw.line(f"gc_rowsums_{sfx}({ys} + gb * L, L, nr, total);")
+        with cw.block("for (int64_t r = 0; r < nr; r++)"):
+            cw.declare(f"{a} *restrict", "yr", f"{ys} + (gb + r) * L")
+            if log:
+                cw.declare(f"const {a} *restrict", "xr", f"{xs} + (gb + r) * L")
+                cw.declare(f"const {a}", "lt", f"({a})gc_log((double)total[r])")
+                body = f"yr[j] = ({a})(({a})(xr[j] - mx[r]) - lt);"
+            else:
+                cw.declare(f"const {a}", "tr", "total[r]")
+                body = "yr[j] = yr[j] / tr;"
+            with cw.block("for (int64_t j = 0; j < L; j++)"):
+                cw.line(body)
 
 
 EMITTERS: dict[str, Any] = {

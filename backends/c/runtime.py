@@ -1,16 +1,135 @@
-"""Loading a compiled graph through ctypes and calling it on checked arrays."""
+"""Loading a compiled graph through ctypes and calling it on checked arrays.
+
+OpenMP's idle threads: every kernel of a program is a parallel region that ends with its
+threads waiting for one another, and between regions the other threads wait for the next one.
+GCC's OpenMP runtime (libgomp) spins in each such wait for ``GOMP_SPINCOUNT`` iterations
+before it sleeps: 300,000 by default, 12 to 16 ms on the AMD EPYC this was measured on (a
+``pause`` takes about 45 ns there; libgomp assumes 10). On an idle machine that costs nothing;
+where other processes use the cores, a spinning thread holds its core while the thread it
+waits for is not running, and each of a step's kernels can wait for a time slice: a
+character-level GPT step of 274 kernels took 1.1 s instead of 24 ms with two busy processes
+beside it. ``load_library`` sets libgomp's spin count (``spin_count``; default
+``DEFAULT_SPIN_COUNT``, about 50 us there) when it brings libgomp into the process: as long as
+the gaps between a step's kernels, so an idle machine runs as fast as with the default, and
+short beside a time slice (0 sleeps at once, as ``OMP_WAIT_POLICY=passive``: 40% slower on
+an idle machine for that GPT). libgomp reads its settings once, from the environment, when
+it is loaded, so they are set for that load only and belong to the whole process: the first
+program that loads libgomp decides (``openmp_state``); ``GOMP_SPINCOUNT`` or
+``OMP_WAIT_POLICY`` set by the user before that are left as they are unless ``spin_count``
+is given, and a library loaded before gradc's first program (PyTorch ships libgomp under the
+same name) keeps its own settings.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import os
 import threading
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import numpy as np
 
 from gradc.errors import GradcError, InputError
 from gradc.ir.core import Value
+from gradc.backends.c.gather import INPUT_ERROR, RECORD, describe
+
+
+DEFAULT_SPIN_COUNT = 1000  # libgomp's spins before an idle thread sleeps (see the docstring)
+LIBGOMP = "libgomp.so.1"
+_OPENMP_ENVIRONMENT = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")
+_openmp_lock = threading.Lock()
+# What this process's libgomp was loaded with, once it is loaded: {"spin_count": int or None
+# (unknown), "by": who set it}.
+_openmp: dict[str, object] = {}
+
+
+def _libgomp_loaded() -> bool:
+    """True when a libgomp is in the process (a program's ``NEEDED`` libgomp.so.1 is then it)."""
+    noload = getattr(os, "RTLD_NOLOAD", None)
+    if noload is None:  # no way to ask: treated as loaded by someone else
+        return True
+    try:
+        ctypes.CDLL(LIBGOMP, mode=noload | os.RTLD_LAZY)
+    except OSError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str) -> Iterator[None]:
+    """``name=value`` in the process's environment while the block runs, then as it was."""
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = old
+
+
+def openmp_state() -> dict[str, object]:
+    """How this process's libgomp was set up: ``{}`` before it is loaded, else ``spin_count``
+    (None when unknown) and ``by`` (gradc, the environment, or another library)."""
+    with _openmp_lock:
+        if not _openmp and _libgomp_loaded():
+            _openmp.update(spin_count=None, by="another library")
+        return dict(_openmp)
+
+
+def load_library(path: str, spin_count: int | None = None) -> ctypes.CDLL:
+    """Load a compiled program (or libgomp itself); the load that brings libgomp into the
+    process sets its spin count: ``spin_count``, else the user's environment if it sets one,
+    else ``DEFAULT_SPIN_COUNT``. A ``spin_count`` that the loaded libgomp does not have is a
+    GradcError (it cannot change any more)."""
+    with _openmp_lock:
+        if not _openmp and _libgomp_loaded():
+            _openmp.update(spin_count=None, by="another library")
+        if _openmp:
+            if spin_count is not None and _openmp["spin_count"] != spin_count:
+                raise GradcError(_late(spin_count))
+            return ctypes.CDLL(path)
+        if spin_count is None and any(k in os.environ for k in _OPENMP_ENVIRONMENT):
+            lib = ctypes.CDLL(path)
+            given = os.environ.get("GOMP_SPINCOUNT", "")
+            state = {"spin_count": int(given) if given.isdigit() else None,
+                     "by": "the environment"}
+        else:
+            value = DEFAULT_SPIN_COUNT if spin_count is None else spin_count
+            with _environment("GOMP_SPINCOUNT", str(value)):
+                lib = ctypes.CDLL(path)
+            state = {"spin_count": value, "by": "gradc"}
+        if _libgomp_loaded():  # else a program without OpenMP: libgomp is still to come
+            _openmp.update(state)
+        return lib
+
+
+def _late(spin_count: int) -> str:
+    """Why ``spin_count`` cannot be had: libgomp is loaded with other settings."""
+    if _openmp["by"] == "another library":
+        how = ("by another library before gradc's first C program (PyTorch ships the same "
+               "runtime), with its own settings")
+    elif _openmp["spin_count"] is None:
+        how = "with the settings of the environment (OMP_WAIT_POLICY or GOMP_SPINCOUNT)"
+    else:
+        how = (f"with spin count {_openmp['spin_count']} (set by "
+               f"{'the first C program' if _openmp['by'] == 'gradc' else 'the environment'})")
+    return (f"c target: spin_count={spin_count}: OpenMP (libgomp) was loaded into this process "
+            f"{how}, and reads its spin count once, when it is loaded; pass spin_count to the "
+            f"first C executable of the process (gradc train: --spin-count), set "
+            f"GOMP_SPINCOUNT before the process starts, or leave spin_count out")
+
+
+def preload_openmp(spin_count: int | None = None) -> None:
+    """Load libgomp now with ``spin_count`` (as ``load_library``), before a library that brings
+    its own (PyTorch) is imported; nothing where no libgomp is installed."""
+    try:
+        load_library(LIBGOMP, spin_count)
+    except OSError:
+        pass
 
 
 class CRunner:
@@ -24,9 +143,10 @@ class CRunner:
     def __init__(self, lib_path: Path, symbols: list[str], inputs: list[Value],
                  outputs: list[Value], threads: int | None,
                  in_place: dict[int, int] | None = None, arena_bytes: int | None = None,
-                 labels: list[str] | None = None, profile: bool = False) -> None:
+                 labels: list[str] | None = None, profile: bool = False,
+                 spin_count: int | None = None) -> None:
         try:
-            self.lib = ctypes.CDLL(str(lib_path))
+            self.lib = load_library(str(lib_path), spin_count)
         except OSError as e:
             raise GradcError(f"c target: cc: expected a compiler whose shared libraries load "
                              f"into this process, got a library that does not load ({e})") from None
@@ -93,6 +213,10 @@ class CRunner:
                 self._arena_lock.release()
         else:
             rc = self.fn(sym.ctypes.data, ptrs, self.threads)
+        if rc == INPUT_ERROR:  # an index out of range, found before anything was written
+            record = (ctypes.c_int64 * RECORD)()
+            self.lib.gradc_error(record)
+            raise InputError(describe(list(record)))
         if rc != 0:
             # A kernel's scratch allocation failed: the Executable reports it as a ResourceError
             # naming the graph's largest value and its bytes.

@@ -8,7 +8,7 @@ Integer arithmetic is done in an unsigned type of at least 32 bits, so overflow 
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Mapping
 
 from gradc.errors import UnsupportedError
 from gradc.ir.core import Node, Value
@@ -17,6 +17,7 @@ from gradc.ir.types import DType
 
 from gradc.backends.c.ctypes_map import CType, compute_literal, ctype, literal
 from gradc.backends.c.elementwise_math import MATH_SCALAR
+from gradc.backends.c.activation import ACTIVATION_SCALAR
 
 Scalar = Callable[[Node, list[str]], str]
 
@@ -160,6 +161,7 @@ SCALAR: dict[str, Scalar] = {
     "add": _binary("+"), "sub": _binary("-"), "mul": _binary("*"), "neg": neg,
     "identity": identity, "expand": identity, "cast": cast,
     **MATH_SCALAR,  # -- math (SPEC-training §16)
+    **ACTIVATION_SCALAR,  # -- activation (SPEC-transformers §25)
 }
 
 
@@ -169,11 +171,14 @@ class ExprGen:
     ``loads`` maps values read from memory to ``(pointer, offset function)``; ``fixed`` maps
     values already held in a C variable (an anchor's result) to that variable. The pointers that
     a load is emitted from are added to ``read`` (a kernel's record of the parameters it uses).
+    ``table`` is the dialect's expressions (``SCALAR``, the C target's, when None).
     """
 
     def __init__(self, loads: dict[Value, tuple[str, Callable[[Value], str]]],
                  fixed: dict[Value, str] | None = None, prefix: str = "t",
-                 read: set[str] | None = None) -> None:
+                 read: set[str] | None = None,
+                 table: Mapping[str, Scalar] | None = None) -> None:
+        self.table = SCALAR if table is None else table
         self.loads = loads
         self.fixed = dict(fixed or {})
         self.prefix = prefix
@@ -198,7 +203,7 @@ class ExprGen:
                 self._emit(u, f"{ptr}[{offset(u)}]")
                 continue
             node = u.producer
-            if node is None or node.op not in SCALAR:
+            if node is None or node.op not in self.table:
                 raise UnsupportedError(f"c target: {node.op if node else 'input'}: expected an "
                                        "elementwise op inside an elementwise loop")
             if not ready:
@@ -206,7 +211,7 @@ class ExprGen:
                 stack.extend((x, False) for x in reversed(value_operands(node)))
                 continue
             args = {id(x): self.fixed.get(x) or self.names[x] for x in value_operands(node)}
-            self._emit(u, SCALAR[node.op](node, [args.get(id(x), "0") for x in node.inputs]))
+            self._emit(u, self.table[node.op](node, [args.get(id(x), "0") for x in node.inputs]))
         return self.fixed.get(v) or self.names[v]
 
     def _emit(self, v: Value, expr: str) -> None:

@@ -7,19 +7,30 @@
 - ``cache_dir``: where libraries are cached (default ``$XDG_CACHE_HOME/gradc`` or
   ``~/.cache/gradc``).
 - ``openmp``: set False to compile without OpenMP even where the compiler supports it.
+- ``spin_count``: how long an idle OpenMP thread busy-waits before it sleeps, in GCC's OpenMP
+  runtime's spins (``GOMP_SPINCOUNT``; one spin is a ``pause``, about 45 ns on the AMD EPYC
+  it was measured on). Default (None): ``runtime.DEFAULT_SPIN_COUNT`` (1000), unless the
+  environment sets ``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY``; libgomp's own default is 300,000,
+  which made each kernel of a step wait up to a time slice on a machine whose cores other
+  processes use. 0 sleeps at once (``OMP_WAIT_POLICY=passive``): best on a crowded machine,
+  slower on an idle one. The runtime reads it once per process, when it is loaded: it is set by
+  the first C executable loaded, and a later one asking for another value is a GradcError
+  (``backends/c/runtime.py`` says why and what was measured). Results never depend on it.
 - ``profile``: time every kernel call (``Executable.profile()`` lists kernels slowest first:
   label, calls, seconds); off by default, the timers cost a clock read per kernel call.
 - ``update_in_place``: a mapping of output names to input or parameter names: each such output
   is written into the array passed for that input, which a call then overwrites and returns as
   the output (a training step updates its parameters and optimizer state this way, without a
-  copy or an allocation). A pair is granted only where that is safe (``emit._plan_in_place``);
-  ``Executable.in_place`` lists the pairs granted, the others get fresh arrays as usual.
+  copy or an allocation). A pair is granted only where that is safe
+  (``gradc.backends.plan.plan_in_place``); ``Executable.in_place`` lists the pairs granted,
+  the others get fresh arrays as usual.
 
 Layout of the program (``emit``): one static function per node or fused group, one entry
-function. Intermediate values of static shape share one arena (``emit.plan_arena``: offsets from
-their lifetimes, planned at compile time): the runner allocates it once and reuses it on every
-call, so a call allocates nothing for them (``Executable.arena_bytes``: its size). Values of
-symbolic shape are allocated per call and freed after their last use. Fused groups never get
+function. Intermediate values of static shape share one arena (``gradc.backends.plan``:
+``plan_arena`` places them by their lifetimes, planned at compile time): the runner allocates
+it once and reuses it on every call, so a call allocates nothing for them
+(``Executable.arena_bytes``: its size). Values of symbolic shape are allocated per call and
+freed after their last use. Fused groups never get
 intermediate buffers: an elementwise group is one loop; an anchored group evaluates its prologue
 per gradient element, and its epilogue when it writes the result -- max_pooling_grad and
 resample_grad accumulate each (n, c) plane in a small per-thread buffer (cache resident) and
@@ -59,6 +70,7 @@ def default_cache_dir() -> str:
 
 
 MAX_THREADS = 4096  # passed to C as an int; more than any machine has
+MAX_SPIN_COUNT = 2 ** 63 - 1  # libgomp reads GOMP_SPINCOUNT as an unsigned long long
 
 
 class CTarget:
@@ -79,18 +91,23 @@ class CTarget:
     def lower(self, graph: Graph, shapes: Mapping[str, int], cc: str | None = None,
               threads: int | None = None, cache_dir: str | None = None, openmp: bool = True,
               update_in_place: Mapping[str, str] | None = None, profile: bool = False,
-              **options: Any) -> Lowered:
+              spin_count: int | None = None, **options: Any) -> Lowered:
         """Generate, compile (or reuse) and load the C program of a verified graph."""
         unknown = sorted(options)
         if unknown:
             name = unknown[0]
             raise GradcError(f"c target: {name}: expected one of cc, threads, cache_dir, "
-                             f"openmp, update_in_place, profile, got an unknown option "
-                             f"{name}={options[name]!r}")
+                             f"openmp, update_in_place, profile, spin_count, got an unknown "
+                             f"option {name}={options[name]!r}")
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
                                     or not 1 <= threads <= MAX_THREADS):
             raise GradcError(f"c target: threads: expected an int in [1, {MAX_THREADS}] or "
                              f"None, got {threads!r}")
+        if spin_count is not None and (isinstance(spin_count, bool)
+                                       or not isinstance(spin_count, int)
+                                       or not 0 <= spin_count <= MAX_SPIN_COUNT):
+            raise GradcError(f"c target: spin_count: expected an int in [0, 2**63 - 1] or None, "
+                             f"got {spin_count!r}")
         for name, v in (("cc", cc), ("cache_dir", cache_dir)):
             if v is not None and not isinstance(v, (str, os.PathLike)):
                 raise GradcError(f"c target: {name}: expected a string or None, got "
@@ -111,7 +128,8 @@ class CTarget:
         lib = compile_library(program.source, cc, cache_dir, openmp=openmp,
                               name=graph.name)
         runner = CRunner(lib, program.symbols, program.inputs, program.outputs, threads,
-                         program.in_place, program.arena_bytes, program.kernels, profile)
+                         program.in_place, program.arena_bytes, program.kernels, profile,
+                         spin_count)
         granted = {program.outputs[j].name: program.inputs[i].name
                    for j, i in program.in_place.items()}
         return Lowered(runner, source=program.source, contiguous=True, in_place=granted)

@@ -20,6 +20,7 @@ from gradc.backends.numpy.function import FunctionEmitter, Slot, Step
 from gradc.backends.numpy.helpers import reference_helper
 from gradc.backends.numpy.training import emit_random_generator
 from gradc.backends.numpy.reduce import emit_element_count
+from gradc.backends.numpy.gather import emit_gather_grad
 from gradc.backends.numpy.text import dtype_expr, scalar
 
 
@@ -231,4 +232,10 @@ EMITTERS: dict[str, Callable[[FunctionEmitter, Step], None]] = {
         "batch_normalization_training_grad")},
     # -- training
     "random_generator": emit_random_generator, "adam_optimizer": _helper("adam_optimizer"),
+    # -- activation (SPEC-transformers §25)
+    **{op: _helper(op) for op in ("gelu", "gelu_grad", "erf", "sin", "cos", "is_nan")},
+    # -- normalization, gather (SPEC-transformers §24, §26)
+    **{op: _helper(op) for op in (
+        "mean_variance_normalization", "mean_variance_normalization_grad", "gather")},
+    "gather_grad": emit_gather_grad,
 }

@@ -49,6 +49,12 @@ def _keep(mask, v, out=None):
 '''
 
 
+_INPUT_ERROR = '''\
+class InputError(ValueError):
+    """Input values this graph cannot take (an index out of range): nothing was computed."""
+'''
+
+
 def _acc_dtype_source() -> str:
     """``_acc_dtype``: the ACC table of ``gradc.ir.ops.common`` keyed by dtype name."""
     rows = "".join(f"    {d.value!r}: np.{t.__name__},\n" for d, t in common.ACC.items())
@@ -125,7 +131,10 @@ def _copy(name: str, func: Callable) -> str:
     return f"{origin}def {name}({ast.unparse(args)}):\n{body}\n"
 
 
-FIXED = ("_product", "_acc_dtype", "_keep")  # written here, not copied
+# Standard-library modules a copied helper may use: the module imports them when it does (the
+# C library's erf, which NumPy lacks, is ``math.erf``).
+STDLIB = ("math",)
+FIXED = ("_product", "_acc_dtype", "_keep", "InputError")  # written here, not copied
 _FUNCS: dict[str, Callable] = {}  # helper name -> the function it copies (filled on demand)
 
 
@@ -141,6 +150,8 @@ def _source(name: str) -> str:
         return _PRODUCT
     if name == "_keep":
         return _KEEP
+    if name == "InputError":  # raised by copies of references that check values (gather)
+        return _INPUT_ERROR
     if name == "_acc_dtype":
         return _acc_dtype_source()
     if name not in _FUNCS:
@@ -169,7 +180,7 @@ def helper(name: str) -> tuple[str, tuple[str, ...]]:
         src = _source(name)
         used = _globals_of(src)
         known = set(FIXED) | set(_FUNCS)
-        bad = sorted(used - known - set(dir(builtins)) - {"np", "_ACC"})
+        bad = sorted(used - known - set(dir(builtins)) - {"np", "_ACC"} - set(STDLIB))
         if bad:
             raise GradcError(f"internal error: numpy target: helper {name} uses {bad}, which "
                              "the generated module does not define")
@@ -198,3 +209,11 @@ def helpers_source(names: set[str]) -> str:
     """The text of the helpers ``names`` need, separated by blank lines."""
     return "\n\n".join(helper(n)[0] for n in closure(names))
 
+
+
+def stdlib_imports(names: set[str]) -> list[str]:
+    """The standard-library modules (of ``STDLIB``) that the helpers ``names`` need use."""
+    used: set[str] = set()
+    for n in closure(names):
+        used |= _globals_of(helper(n)[0])
+    return [m for m in STDLIB if m in used]

@@ -7,12 +7,14 @@ the builder only keeps them unique (graph input and output names are reserved up
 lowerings, ``gb`` is the builder.
 
 Selections that must copy bits go through ``select``. onnxruntime 1.31's CPU ``Where`` is not a
-plain copy: for every float dtype a -0.0 taken from the *true* branch comes out +0.0 (its merge
-step tests ``x != 0``), for float16 NaN payloads are rewritten, and int16/uint16/uint64 have no
-kernel. ``select`` uses ``Where`` only where none of that can show, and otherwise a
-``GatherElements`` over the two stacked branches, which copies elements verbatim. A "not" is
-written ``Equal(c, false)``: onnxruntime rewrites ``Where(Not(c), a, b)`` into
-``Where(c, b, a)``, which would undo a branch swap.
+plain copy: for every float dtype a -0.0 taken from the *true* branch comes out +0.0 (its merge step
+tests ``x != 0``), for float16 NaN payloads are rewritten, and int16/uint16/uint64 have no kernel;
+int8 and uint32 have one only in recent releases (the onnxruntime of the lent GPU machine has none:
+"Could not find an implementation for Where(16)"), and an exported model must run on every
+onnxruntime gradc supports. ``select`` uses ``Where`` only where none of that can show, and
+otherwise a ``GatherElements`` over the two stacked branches, which copies elements verbatim. A
+"not" is written ``Equal(c, false)``: onnxruntime rewrites ``Where(Not(c), a, b)`` into ``Where(c,
+b, a)``, which would undo a branch swap.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ from gradc.backends.onnx.format import ELEM_TYPES, array_to_tensor
 INT64_MIN = -(2 ** 63)
 INT64_MAX = 2 ** 63 - 1
 
-# dtypes whose onnxruntime CPU Where kernel exists and copies exactly (see the module docstring)
-WHERE_EXACT = frozenset({DType.int64, DType.int32, DType.int8, DType.uint32, DType.uint8})
+# dtypes whose onnxruntime CPU Where kernel exists in every release gradc supports and copies
+# exactly (see the module docstring)
+WHERE_EXACT = frozenset({DType.int64, DType.int32, DType.uint8})
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,6 +79,7 @@ class OnnxGraphBuilder:
         self._symbols: dict[str, tuple[Tensor, int]] = {}
         self._dims: dict[str, Tensor] = {}
         self._node_names: set[str] = set()
+        self.renamed: dict[str, str] = {}  # old -> new tensor name (``rename``)
 
     # -- names, nodes, constants --------------------------------------------------------
     def fresh(self, hint: str) -> str:
@@ -123,11 +127,18 @@ class OnnxGraphBuilder:
 
     def rename(self, old: str, new: str, start: int) -> None:
         """Rename a tensor in the nodes added since index ``start``."""
+        self.renamed[old] = new
         for node in self.nodes[start:]:
             for seq in (node.input, node.output):
                 for i, n in enumerate(seq):
                     if n == old:
                         seq[i] = new
+
+    def final_name(self, name: str) -> str:
+        """The name a tensor has now, after the renames since it was made."""
+        while name in self.renamed:
+            name = self.renamed[name]
+        return name
 
     # -- symbolic dims ------------------------------------------------------------------
     def add_symbol_source(self, t: Tensor) -> None:

@@ -1,15 +1,13 @@
 """ONNX converters of SPEC-training.md §21 for §16: Div, Exp, Log, Sqrt, Pow, Max, Min, the
-comparisons, Where, Sigmoid, Tanh, LeakyRelu.
+comparisons, Where, Sigmoid, Tanh, LeakyRelu; and Reciprocal (a ``div``).
 
-Nodes whose inputs are all integer or bool constants (the shape arithmetic that exporters write)
-are folded at import with ONNX's semantics (integer ``Div`` truncates toward zero); anything
-else becomes gradc ops. Integer ``Div`` of non-constant operands is refused (gradc's ``div`` is
-for floats, §16.1).
+Nodes whose inputs are all known at import (the shape arithmetic that exporters write) are
+folded with ONNX's semantics (``import_fold``: integer ``Div`` truncates toward zero) before
+these converters are asked; anything else becomes gradc ops. Integer ``Div`` of values not
+known at import is refused (gradc's ``div`` is for floats, §16.1).
 """
 
 from __future__ import annotations
-
-from typing import Any, Callable
 
 import numpy as np
 
@@ -17,65 +15,31 @@ from gradc.errors import UnsupportedError
 from gradc.ir import builders as ops
 from gradc.ir.core import Value
 from gradc.ir.ops.common import F
-from gradc.ir.types import NUMERIC
+from gradc.ir.types import NUMERIC, DType
 from gradc.backends.onnx.import_node import Context, OnnxNode, Produced, converter, require_dtype
+from gradc.backends.onnx.import_logic import bool_equal
 
-_NP_COMPARE: dict[str, Callable[..., Any]] = {
-    "Greater": np.greater, "Less": np.less, "Equal": np.equal,
-    "GreaterOrEqual": np.greater_equal, "LessOrEqual": np.less_equal,
-}
 _COMPARE = {"Greater": "greater", "Less": "less", "Equal": "equal",
             "GreaterOrEqual": "greater_equal", "LessOrEqual": "less_equal"}
 
 
-def _const_inputs(n: OnnxNode, ctx: Context) -> list[np.ndarray] | None:
-    """Every input's array when all are integer or bool constants (shape arithmetic), else None."""
-    names = [x for x in n.inputs if x]
-    if not names or not all(ctx.is_const(x) for x in names):
-        return None
-    arrays = [ctx.const(n, i, f"input {i}") for i in range(len(n.inputs))]
-    if any(a is None or a.dtype.kind not in "iub" for a in arrays):
-        return None
-    return [a for a in arrays if a is not None]
-
-
-def _trunc_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """ONNX integer Div: the quotient truncated toward zero (C's ``/``)."""
-    if (b == 0).any():
-        raise UnsupportedError("integer division by zero in a constant Div")
-    q = np.abs(a.astype(object)) // np.abs(b.astype(object))
-    q = np.where(np.sign(a.astype(object)) * np.sign(b.astype(object)) < 0, -q, q)
-    return np.asarray(q).astype(np.result_type(a, b))
-
-
-def _fold(n: OnnxNode, ctx: Context) -> list[np.ndarray] | None:
-    arrays = _const_inputs(n, ctx)
-    if arrays is None:
-        return None
-    if n.op == "Div":
-        return [_trunc_div(*arrays)]
-    if n.op in _NP_COMPARE:
-        return [np.asarray(_NP_COMPARE[n.op](*arrays))]
-    if n.op == "Where":
-        return [np.asarray(np.where(*arrays))]
-    if n.op in ("Max", "Min"):
-        fn = np.maximum if n.op == "Max" else np.minimum
-        out = arrays[0]
-        for a in arrays[1:]:
-            out = fn(out, a)
-        return [np.asarray(out)]
-    return None
-
-
-@converter("Div", fold=_fold)
+@converter("Div")
 def _div(n: OnnxNode, ctx: Context) -> list[Produced]:
     a, b = ctx.value(n, 0, "A"), ctx.value(n, 1, "B")
     if not a.type.dtype.is_float:
-        raise UnsupportedError(f"input A: integer Div ({a.type.dtype}) is supported only when "
-                               "both operands are constants (gradc's div takes floats)")
+        raise UnsupportedError(f"input A: integer Div ({a.type.dtype}) is supported only on "
+                               "values known at import (gradc's div takes floats)")
     require_dtype(a, F, "A", "div")
     require_dtype(b, F, "B", "div")
     return [ops.div(a, b)]
+
+
+@converter("Reciprocal")
+def _reciprocal(n: OnnxNode, ctx: Context) -> list[Produced]:
+    """1 / X: gradc's div (one IEEE division, as ONNX Runtime's kernel)."""
+    x = ctx.value(n, 0, "X")
+    require_dtype(x, F, "X", "div")
+    return [ops.div(ops.constant(np.ones((), x.type.dtype.numpy), graph=ctx.graph), x)]
 
 
 _UNARY = {"Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Sigmoid": "sigmoid", "Tanh": "tanh"}
@@ -121,7 +85,7 @@ def _pow(n: OnnxNode, ctx: Context) -> list[Produced]:
     return [y]
 
 
-@converter("Max", "Min", fold=_fold)
+@converter("Max", "Min")
 def _extremum(n: OnnxNode, ctx: Context) -> list[Produced]:
     op = "maximum" if n.op == "Max" else "minimum"
     xs = [ctx.value(n, i, f"data_0[{i}]") for i in range(len(n.inputs))]
@@ -137,16 +101,18 @@ def _extremum(n: OnnxNode, ctx: Context) -> list[Produced]:
     return [out]
 
 
-@converter(*_COMPARE, fold=_fold)
+@converter(*_COMPARE)
 def _compare(n: OnnxNode, ctx: Context) -> list[Produced]:
     a, b = ctx.value(n, 0, "A"), ctx.value(n, 1, "B")
     op = _COMPARE[n.op]
+    if n.op == "Equal" and a.type.dtype == b.type.dtype == DType.bool:
+        return [bool_equal(ctx, a, b)]  # gradc's exporter writes "not c" as Equal(c, false)
     require_dtype(a, NUMERIC, "A", op)
     require_dtype(b, NUMERIC, "B", op)
     return [getattr(ops, op)(a, b)]
 
 
-@converter("Where", fold=_fold)
+@converter("Where")
 def _where(n: OnnxNode, ctx: Context) -> list[Produced]:
     c, x, y = (ctx.value(n, i, f) for i, f in enumerate(("condition", "X", "Y")))
     return [ops.where(c, x, y)]

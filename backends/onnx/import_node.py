@@ -26,6 +26,12 @@ _ATTR_KINDS: dict[int, str] = {
     AttributeProto.STRINGS: "strings", AttributeProto.SPARSE_TENSOR: "sparse tensor",
 }
 
+
+def attr_kind_name(kind: int) -> str:
+    """The name of an ONNX attribute kind in messages ("int", "floats", ...)."""
+    return _ATTR_KINDS.get(int(kind), f"attribute type {kind}")
+
+
 Produced: TypeAlias = "Value | np.ndarray | None"
 """What a converter gives for one ONNX output: a gradc value, a constant array, or nothing."""
 
@@ -63,8 +69,8 @@ class OnnxNode:
         if a is None:
             return None
         if a.type != kind:
-            raise VerifyError(f"attribute {name}: expected {_ATTR_KINDS[int(kind)]}, got "
-                              f"{_ATTR_KINDS.get(int(a.type), f'attribute type {a.type}')}")
+            raise VerifyError(f"attribute {name}: expected {attr_kind_name(kind)}, got "
+                              f"{attr_kind_name(a.type)}")
         return a
 
     def get_int(self, name: str, default: int) -> int:
@@ -125,6 +131,9 @@ class Context(Protocol):
     def shape_source(self, dims: tuple) -> Value | None:
         """A value of the graph with exactly these dims that a ``Shape`` node read, if any."""
 
+    def symbol_carrier(self, symbol: str) -> tuple[Value, int] | None:
+        """A value of the graph with the symbolic dim ``symbol``, and its axis, if any."""
+
 
 @dataclass(frozen=True)
 class Converter:
@@ -171,6 +180,8 @@ def require_rank(v: Value, lo: int, hi: int, field: str, gradc_op: str) -> int:
 
 def int_list(a: np.ndarray, field: str) -> list[int]:
     """A constant integer input as a list of ints (rank 0 or 1)."""
+    if a.dtype == object:  # a folder met a symbolic dim (ctx.const refuses them before this)
+        raise TypeError(f"input {field} holds a symbolic dim")
     if a.dtype.kind not in "iu" or a.ndim > 1:
         raise VerifyError(f"input {field}: expected a 1-D integer tensor, got "
                           f"{a.dtype}{list(a.shape)}")
@@ -197,5 +208,5 @@ def normalize_axes(axes: Sequence[int], rank: int, field: str) -> list[int]:
     return out
 
 
-__all__ = ["OnnxNode", "Context", "Converter", "CONVERTERS", "converter", "require_dtype",
-           "require_rank", "int_list", "float_list", "normalize_axes", "Produced"]
+__all__ = ["OnnxNode", "Context", "attr_kind_name", "Converter", "CONVERTERS", "converter",
+           "require_dtype", "require_rank", "int_list", "float_list", "normalize_axes", "Produced"]

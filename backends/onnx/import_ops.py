@@ -219,7 +219,11 @@ def _cast_fold(n: OnnxNode, ctx: Context) -> list[np.ndarray] | None:
 
 @converter("Cast", check=_cast_check, fold=_cast_fold)
 def _cast(n: OnnxNode, ctx: Context) -> list[Produced]:
-    return [ops.cast(ctx.value(n, 0, "input"), dtype_of(n.get_int("to", 0)))]
+    x, dtype = ctx.value(n, 0, "input"), dtype_of(n.get_int("to", 0))
+    # A Cast to the input's own dtype is the input (an alias, as Identity): exporters write
+    # them around softmax (ONNX Attention's body), and the softmax guard (SPEC-transformers
+    # §27.2) is a where reading the softmax itself.
+    return [x if x.type.dtype == dtype else ops.cast(x, dtype)]
 
 
 @converter("ReduceSum", const_inputs=((1, "axes"),))

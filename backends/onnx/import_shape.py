@@ -2,15 +2,24 @@
 
 Exporters compute static shapes and scales with small subgraphs (``Shape -> Gather -> Unsqueeze
 -> Concat -> Reshape``, a ``Concat`` of ``Constant`` scales feeding ``Resize``,
-``ConstantOfShape``/``Expand`` around ``F.mse_loss``). The importer evaluates such a node here
+``ConstantOfShape``/``Expand`` around ``F.mse_loss``). The importer evaluates such a node
 (``fold_node``) when every input is known at import: a constant that is no parameter, or the
-static shape of a value. A symbolic dim travels as its symbol name in an object array, so that
-``Reshape(x, Concat(Gather(Shape(x), 0), [-1]))`` keeps the batch symbol; arithmetic on a symbol
-does not fold (gradc has no run-time shapes). Float arithmetic folds only where one operand
-derives from a shape, so a model's own float constants keep their nodes.
+static shape of a value. ``Shape`` of a value with symbolic dims is a vector whose elements at
+static dims are known (SPEC-transformers §28.2): a symbolic dim travels as its name in an object
+array, so that ``Reshape(y, Concat(Gather(Shape(y), 0), Div(Gather(Shape(y), 2), 4)))`` keeps the
+batch symbol and computes ``C // 4``. Arithmetic needing a symbol's value does not fold (gradc
+has no run-time shapes); ``import_fold`` holds the arithmetic, comparison and mask folders. Float
+arithmetic folds only where one operand derives from a shape, so a model's own float constants
+keep their nodes.
 
-Where the inputs are not known, ``Gather`` is unsupported (gradc has no gather op) and
-``ConstantOfShape`` and ``Expand`` become gradc's ``expand`` (converters below).
+Where the inputs are not known, ``Gather`` becomes gradc's ``gather`` (as does a ``Gather``
+of a floating-point initializer: a parameter, such as an embedding table, is never folded),
+and ``ConstantOfShape`` and ``Expand`` become gradc's ``expand`` (converters below), whose
+``like`` operand carries the symbols (``_like``).
+
+Before any folder runs, the node has the inputs, outputs and attributes its ONNX schema allows
+(``import_schema.check_node``, run by the importer) and its known inputs the dtypes the schema's
+type constraints allow (``check_dtypes``, run here).
 """
 
 from __future__ import annotations
@@ -23,12 +32,13 @@ import numpy as np
 from gradc.ir import builders as ops
 from gradc.errors import UnsupportedError, VerifyError
 from gradc.ir.core import Value
-from gradc.ir.types import element_count
+from gradc.ir.types import DType, element_count
 from gradc.backends.onnx.format import dtype_of
 from gradc.backends.onnx.import_ops import slice_axis
 from gradc.backends.onnx.import_node import (
-    Context, OnnxNode, Produced, converter, int_list, normalize_axes,
+    Context, OnnxNode, Produced, converter, int_list, normalize_axes, require_dtype, require_rank,
 )
+from gradc.backends.onnx.import_schema import check_dtypes
 
 FOLD_LIMIT = 4096  # elements: a larger result is left to the gradc graph (never bloats a model)
 LIKE_LIMIT = 1 << 16  # elements of a shape carrier baked into the graph (one byte each)
@@ -36,15 +46,18 @@ SMALL = 64  # a ConstantOfShape up to this size folds (a shape-like vector); lar
 
 Folder = Callable[[OnnxNode, list[Any], Any], list[np.ndarray]]
 FOLDERS: dict[str, Folder] = {}
+NUMERIC: set[str] = set()  # float arithmetic: folds only where derived from a shape
 SHAPE_READERS = ("Shape", "Size")  # read only the type of their input
-ARITHMETIC = ("Add", "Sub", "Mul", "Div", "Neg", "Floor", "Ceil", "Equal", "Where")
 
 
-def folder(*op_types: str) -> Callable[[Folder], Folder]:
-    """Decorator: register a NumPy evaluation of ONNX op types for known inputs."""
+def folder(*op_types: str, numeric: bool = False) -> Callable[[Folder], Folder]:
+    """Decorator: register a NumPy evaluation of ONNX op types for known inputs
+    (``numeric``: float operands fold only where one derives from a shape)."""
     def wrap(fn: Folder) -> Folder:
         for op in op_types:
             FOLDERS[op] = fn
+            if numeric:
+                NUMERIC.add(op)
         return fn
     return wrap
 
@@ -72,21 +85,22 @@ def fold_node(n: OnnxNode, ctx: Any) -> list[np.ndarray] | None:
     else:
         names = [x for x in n.inputs if x]
         shape_work = any(x in ctx.derived for x in names)
-        if not names or not all(ctx.is_fixed(x) or (shape_work and x in ctx.consts)
-                                for x in names):
-            return None  # a float initializer is a parameter, unless it scales a shape
+        if not names or not all(ctx.is_fixed(x) or (shape_work and x in ctx.consts
+                                                    and n.op in NUMERIC) for x in names):
+            return None  # a float initializer is a parameter, unless it scales a shape (an
+            # Expand of it to a shape, as a class token, keeps it: SPEC-transformers §28.1)
         args = [ctx.consts[x] if x else None for x in n.inputs]
         if not args or args[0] is None:
             return None  # a missing first input: the converter reports it
-        if n.op in ARITHMETIC and not _shape_arithmetic(n, ctx, args):
+        if n.op in NUMERIC and not _shape_arithmetic(n, ctx, args):
             return None
+        check_dtypes(n, ctx.opset, [None if a is None else a.dtype for a in args])
     try:
         with np.errstate(all="ignore"):
             out = [_as_array(a) for a in FOLDERS[n.op](n, args, ctx)]
-    except (TypeError, ValueError, OverflowError, ZeroDivisionError, IndexError,
-            AttributeError):
-        return None  # arithmetic on a symbol, a missing optional input, or an argument the
-        # converter will report
+    except (TypeError, ValueError, OverflowError, IndexError):
+        return None  # a symbol's value needed, a result too large, or an argument that the
+        # converter (or the importer's refusal) reports
     if n.op not in SHAPE_READERS and any(a.size > FOLD_LIMIT for a in out):
         return None
     return [_tidy(a) for a in out]
@@ -127,11 +141,11 @@ def _tidy(a: np.ndarray) -> np.ndarray:
 
 
 def symbolic_error(what: str, a: np.ndarray) -> UnsupportedError:
-    """The error for a shape value that holds a symbolic dim where a number is needed."""
+    """The error for a shape value that holds a symbolic dim where a number is needed
+    (SPEC-transformers §28: only Reshape, Expand and ConstantOfShape take symbolic shapes)."""
     syms = sorted({v for v in a.reshape(-1) if isinstance(v, str)})
-    return UnsupportedError(f"{what} depends on the symbolic dim {syms[0]!r} (gradc needs its "
-                            "value at import; only Reshape, Expand and ConstantOfShape take "
-                            "symbolic shapes)")
+    return UnsupportedError(f"{what} depends on the symbolic dim {syms[0]!r} (gradc has no "
+                            f"run-time shapes; export with a fixed size for {syms[0]!r})")
 
 
 def dims_of(a: np.ndarray, field: str) -> list[int | str]:
@@ -166,6 +180,8 @@ def _fold_gather(n: OnnxNode, args: list[Any], ctx: Any) -> list[np.ndarray]:
     data, idx = args[0], args[1]
     if idx.dtype.kind not in "iu" or data.ndim == 0:
         raise TypeError("indices")
+    if n.input(0) in getattr(ctx, "candidates", ()):
+        raise TypeError("a parameter")  # read by gradc's gather (SPEC-transformers §28.1)
     axis = normalize_axes([n.get_int("axis", 0)], data.ndim, "axis")[0]
     size = data.shape[axis]
     if np.any(idx < -size) or np.any(idx >= size):
@@ -292,65 +308,6 @@ def _fold_range(n: OnnxNode, args: list[Any], ctx: Any) -> list[np.ndarray]:
     return [np.arange(s, e, d, dtype=start.dtype)]
 
 
-_BINARY: dict[str, Callable[[Any, Any], Any]] = {
-    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Equal": np.equal,
-}
-
-
-@folder(*_BINARY)
-def _fold_binary(n: OnnxNode, args: list[Any], ctx: Any) -> list[np.ndarray]:
-    a, b = args[0], args[1]
-    if _has_symbol(a) or _has_symbol(b):
-        # NumPy would apply str's + and * to a symbol ('N' * 2 == 'NN'); Equal is known only
-        # for a symbol against itself
-        if n.op != "Equal":
-            raise TypeError("arithmetic on a symbol")
-        pairs = np.broadcast_arrays(np.asarray(a, dtype=object), np.asarray(b, dtype=object))
-        if any((isinstance(x, str) or isinstance(y, str)) and x != y
-               for x, y in zip(pairs[0].reshape(-1), pairs[1].reshape(-1))):
-            raise TypeError("a symbol compared with another value")
-    out = np.asarray(_BINARY[n.op](a, b))
-    if n.op == "Equal":
-        return [out.astype(bool)]
-    return [out if out.dtype == object else out.astype(a.dtype)]
-
-
-def _has_symbol(a: Any) -> bool:
-    return isinstance(a, np.ndarray) and a.dtype == object and any(
-        isinstance(v, str) for v in a.reshape(-1))
-
-
-@folder("Div")
-def _fold_div(n: OnnxNode, args: list[Any], ctx: Any) -> list[np.ndarray]:
-    a, b = args[0], args[1]
-    if a.dtype.kind in "iu" and b.dtype.kind in "iu":
-        if np.any(b == 0):
-            raise ZeroDivisionError("integer division by zero")
-        q = np.abs(a) // np.abs(b)  # ONNX Runtime truncates toward zero
-        return [(np.sign(a) * np.sign(b) * q).astype(a.dtype)]
-    if a.dtype == object or b.dtype == object:
-        raise TypeError("a symbol")
-    return [np.asarray(a / b).astype(a.dtype)]
-
-
-@folder("Neg", "Floor", "Ceil")
-def _fold_unary(n: OnnxNode, args: list[Any], ctx: Any) -> list[np.ndarray]:
-    a = args[0]
-    if a.dtype == object:
-        raise TypeError("a symbol")
-    fn = {"Neg": np.negative, "Floor": np.floor, "Ceil": np.ceil}[n.op]
-    return [np.asarray(fn(a)).astype(a.dtype)]
-
-
-@folder("Where")
-def _fold_where(n: OnnxNode, args: list[Any], ctx: Any) -> list[np.ndarray]:
-    cond, x, y = args
-    if cond.dtype != bool:
-        raise TypeError("condition")
-    out = np.where(cond, x, y)
-    return [out if out.dtype == object else out.astype(x.dtype)]
-
-
 # -- converters for what does not fold ------------------------------------------------------------
 
 def _fill_value(n: OnnxNode) -> np.ndarray:
@@ -364,13 +321,13 @@ def _fill_value(n: OnnxNode) -> np.ndarray:
 
 
 def _like(ctx: Context, dims: Sequence[int | str], what: str) -> Value:
-    """A value of exactly these dims for ``expand``: one a Shape node read, else a constant."""
+    """A value of exactly these dims for ``expand`` (which never reads its elements): a value a
+    Shape node read, else a constant, else one built from values that carry the symbols."""
     source = ctx.shape_source(tuple(dims))
     if source is not None:
         return source
     if any(isinstance(d, str) for d in dims):
-        raise UnsupportedError(f"{what}: the shape {tuple(dims)} has a symbolic dim and is no "
-                               "Shape of a value of the graph")
+        return _carried(ctx, dims, what)
     static = [int(d) for d in dims]
     if element_count(static) <= LIKE_LIMIT:
         return ops.constant(np.zeros(static, np.uint8))
@@ -378,6 +335,36 @@ def _like(ctx: Context, dims: Sequence[int | str], what: str) -> Value:
     # elements of its shape operand), so the model never holds a table as large as a tensor.
     one = ops.constant(np.zeros([1] * len(static), np.uint8), graph=ctx.graph)
     return ops.pad(one, [0] * len(static), [d - 1 for d in static])
+
+
+def _carried(ctx: Context, dims: Sequence[int | str], what: str) -> Value:
+    """A uint8 value of ``dims``: for each symbol, the line of a value that has it along that
+    axis (its other static axes sliced to 1, other symbolic ones reduced), reshaped into place;
+    their broadcast sum; padded to the static dims."""
+    rank = len(dims)
+    out: Value | None = None
+    for pos, d in enumerate(dims):
+        if not isinstance(d, str):
+            continue
+        found = ctx.symbol_carrier(d)
+        if found is None:
+            raise UnsupportedError(f"{what}: the shape {tuple(dims)} has the symbolic dim {d!r}, "
+                                   "which no value of the graph has")
+        v, axis = found
+        shape = v.type.shape
+        other = [k for k, x in enumerate(shape) if k != axis and isinstance(x, str)]
+        line = ops.cast(ops.slice(v, [0] * len(shape), [x if k == axis or k in other else 1
+                                                        for k, x in enumerate(shape)],
+                                  [1] * len(shape)), DType.uint8)
+        if other:  # a slice keeps a symbolic axis whole: reduce it to 1
+            line = ops.reduce_max(line, other, True)
+        place: list[int | str] = [1] * rank
+        place[pos] = d
+        piece = ops.reshape(line, place)
+        out = piece if out is None else ops.add(out, piece)
+    assert out is not None
+    grow = [0 if isinstance(d, str) else int(d) - 1 for d in dims]
+    return ops.pad(out, [0] * rank, grow) if any(grow) else out
 
 
 def _broadcast_dims(a: Sequence[int | str], b: Sequence[int | str]) -> list[int | str]:
@@ -404,15 +391,27 @@ def _shape(n: OnnxNode, ctx: Context) -> list[Produced]:
 
 @converter("Gather")
 def _gather(n: OnnxNode, ctx: Context) -> list[Produced]:
-    raise UnsupportedError("input data: gradc imports Gather only where data and indices are "
-                           "known at import (constants or static shapes); gradc has no gather "
-                           "op")
-
-
-@converter("Range", "Floor", "Ceil")
-def _fold_only(n: OnnxNode, ctx: Context) -> list[Produced]:
-    raise UnsupportedError(f"gradc imports {n.op} only where its inputs are known at import "
-                           "(constants or static shapes)")
+    """SPEC-transformers §28.1: gradc's ``gather`` where the folder above does not apply
+    (computed data or indices, or a parameter's data); constant indices are checked here."""
+    data = ctx.value(n, 0, "data")
+    require_rank(data, 1, 8, "data", "gather")
+    indices = ctx.value(n, 1, "indices")
+    require_dtype(indices, (DType.int64, DType.int32), "indices", "gather")
+    axis = normalize_axes([n.get_int("axis", 0)], data.type.rank, "attribute axis")[0]
+    if data.type.rank - 1 + indices.type.rank > 8:
+        raise UnsupportedError(f"input indices: rank {indices.type.rank} gives a result of rank "
+                               f"{data.type.rank - 1 + indices.type.rank} (gradc: at most 8)")
+    size = data.type.shape[axis]
+    try:
+        known = ctx.const(n, 1, "indices")
+    except UnsupportedError:  # computed indices: checked when the graph runs (InputError)
+        known = None
+    if known is not None and not isinstance(size, str):
+        k = known.astype(np.int64)
+        if ((k < -size) | (k >= size)).any():
+            raise VerifyError(f"input indices: expected indices in {-size}..{size - 1} "
+                              f"(data.shape[{axis}] = {size}), got {k.reshape(-1).tolist()[:8]}")
+    return [ops.gather(data, indices, axis=axis)]
 
 
 @converter("ConstantOfShape")

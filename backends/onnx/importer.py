@@ -21,11 +21,19 @@ Decisions:
   of first use). One read only where an op needs a constant (shapes, axes, pads, scales, Clip
   bounds, ...) is folded into that op's attributes, as is any other constant; integer
   initializers that are not graph inputs stay constants.
+- Before anything reads a node of an op the importer knows, the node is held to its ONNX
+  schema at the model's opset (``import_schema``: input and output counts, required inputs,
+  attribute names, kinds and required ones): a malformed node is a ``VerifyError`` naming it.
 - Static shape subgraphs (``import_shape.FOLDERS``: Shape, Gather, Unsqueeze, Concat, Cast,
-  ConstantOfShape, Expand, ... of constants and of the static shapes of values) are evaluated at
-  import, so that an attribute-like input computed by such a subgraph is a constant. A symbolic
-  dim stays a symbol through them (``Reshape`` to ``(N, -1)`` imports); arithmetic on it does
-  not fold. Float arithmetic of constants folds only where it derives from a shape.
+  ConstantOfShape, Expand, Range, and ``import_fold``'s arithmetic, comparisons, logic and
+  Trilu, of constants and of the static shapes of values) are evaluated at import, so that an
+  attribute-like input computed by such a subgraph is a constant. The elements of ``Shape`` at
+  static dims are known even where other dims are symbolic (SPEC-transformers §28.2); a
+  symbolic dim stays a symbol through them (``Reshape`` to ``(N, -1)`` and ``(N, T, 4, C // 4)``
+  import); arithmetic needing its value does not fold, and a node that needs it is refused
+  naming the symbol. Float arithmetic of constants folds only where it derives from a shape.
+- The groups of ONNX nodes that gradc's exporter wrote and tagged are raised back into their
+  gradc nodes where unedited (``import_groups``), before everything else.
 - A dim with ``dim_param`` becomes that symbol; a dim with neither value nor param gets a fresh
   symbol ``unk__<k>``; a dim of 0 is unsupported (gradc has no empty tensors).
 - ``Identity`` (and a ``ReduceSum`` that is a no-op) alias their input; a graph output named by
@@ -40,36 +48,45 @@ Decisions:
 
 from __future__ import annotations
 
-import heapq
-import os
 from typing import Any
 
 import numpy as np
-import onnx
 
-from gradc.errors import GradcError, ParseError, UnsupportedError, VerifyError
+from gradc.errors import GradcError, UnsupportedError, VerifyError
 from gradc.ir import builders
 from gradc.ir.core import Graph, Value
-from gradc.ir.parser import parse_text
 from gradc.ir.types import DType
-from gradc.backends.onnx.format import (
-    IR_HASH_KEY, IR_KEY, dtype_of, graph_digest, tensor_to_array,
+from gradc.backends.onnx.format import dtype_of, tensor_to_array
+from gradc.backends.onnx.import_node import CONVERTERS, Converter, OnnxNode
+from gradc.backends.onnx.import_model import (
+    Pending, default_opset, embedded_graph, load_model, summary, topological,
 )
-from gradc.backends.onnx.import_node import CONVERTERS, OnnxNode
+from gradc.backends.onnx.import_groups import RaisedNode, build_raised, raise_groups
 # Importing a converter module registers its converters.
 from gradc.backends.onnx import import_ops, import_resize  # noqa: F401
 from gradc.backends.onnx import import_math  # noqa: F401
+from gradc.backends.onnx import import_logic  # noqa: F401
+from gradc.backends.onnx import import_fold  # noqa: F401
 from gradc.backends.onnx import import_reduce  # noqa: F401
 from gradc.backends.onnx import import_movement  # noqa: F401
 from gradc.backends.onnx import import_conv  # noqa: F401
 from gradc.backends.onnx import import_gemm  # noqa: F401
 from gradc.backends.onnx import import_batch_norm  # noqa: F401
 from gradc.backends.onnx import import_training  # noqa: F401
+from gradc.backends.onnx import import_activation  # noqa: F401
+from gradc.backends.onnx import import_normalization  # noqa: F401
+# Transformer imports (SPEC-transformers §28): rewrites before the import, selections, refusals.
+from gradc.backends.onnx import import_attention, import_select, import_sequence  # noqa: F401
+from gradc.backends.onnx.import_rewrite import REWRITES, prepare
+from gradc.backends.onnx.import_select import refusal
 from gradc.backends.onnx.import_training import finish_rng_state
 from gradc.backends.onnx.import_batch_norm import finish_running_statistics
-from gradc.backends.onnx.import_shape import dims_of, fold_node, foldable, symbolic_error
+from gradc.backends.onnx.import_schema import check_node
+from gradc.backends.onnx.import_shape import (
+    FOLDERS, NUMERIC, dims_of, fold_node, foldable, symbolic_error,
+)
 
-__all__ = ["from_onnx", "load_model"]
+__all__ = ["from_onnx", "load_model", "embedded_graph"]
 
 
 def from_onnx(model_or_path: Any) -> Graph:
@@ -80,49 +97,7 @@ def from_onnx(model_or_path: Any) -> Graph:
     """
     model = load_model(model_or_path)
     own = embedded_graph(model)
-    return own if own is not None else _Importer(model).run()
-
-
-def embedded_graph(model: Any) -> Graph | None:
-    """The gradc graph embedded by ``to_onnx``, if the ONNX graph is still the one exported."""
-    props = {p.key: p.value for p in model.metadata_props}
-    if IR_KEY not in props or props.get(IR_HASH_KEY) != graph_digest(model.graph):
-        return None
-    try:
-        values = {t.name: tensor_to_array(t, f"initializer {t.name!r}")
-                  for t in model.graph.initializer}
-        return parse_text(props[IR_KEY], values, extra_parameters=True)
-    except GradcError as e:
-        raise ParseError(f"ONNX model: its embedded gradc IR ({IR_KEY}) is invalid: {e}") from None
-
-
-def load_model(src: Any) -> Any:
-    """An ``onnx.ModelProto`` from a ModelProto, bytes or a path; GradcError when unreadable."""
-    if isinstance(src, onnx.ModelProto):
-        model = src
-    elif isinstance(src, (bytes, bytearray, memoryview)):
-        model = _parse(lambda: onnx.load_from_string(bytes(src)), "ONNX bytes")
-    elif isinstance(src, (str, os.PathLike)):
-        path = os.fspath(src)
-        if not os.path.exists(path):
-            raise ParseError(f"{path}: no such file")
-        if os.path.isdir(path):
-            raise ParseError(f"{path}: is a directory, not an ONNX file")
-        model = _parse(lambda: onnx.load(path), path)
-    else:
-        raise VerifyError("from_onnx: model_or_path: expected an onnx.ModelProto, bytes or a "
-                          f"path, got {type(src).__name__}")
-    if not model.HasField("graph"):
-        raise ParseError("ONNX model: not a model (it has no graph)")
-    return model
-
-
-def _parse(read: Any, what: str) -> Any:
-    try:
-        return read()
-    except Exception as e:  # protobuf and onnx raise many kinds (DecodeError, OSError, ...)
-        raise ParseError(f"{what}: not a readable ONNX model ({type(e).__name__}: "
-                         f"{str(e).splitlines()[0] if str(e) else 'no details'})") from None
+    return own if own is not None else _Importer(prepare(model)).run()
 
 
 class _Importer:
@@ -130,9 +105,11 @@ class _Importer:
 
     def __init__(self, model: Any) -> None:
         self.proto = model.graph
-        self.opset = _default_opset(model)
+        self.opset = default_opset(model)
         self.graph = Graph(self.proto.name or "main")
-        self.nodes = [OnnxNode(p, i) for i, p in enumerate(self.proto.node)]
+        nodes = [OnnxNode(p, i) for i, p in enumerate(self.proto.node)]
+        # intact groups of a gradc export become their gradc nodes (import_groups)
+        self.nodes, self.edited = raise_groups(nodes, self.proto, self.opset)
         self.consts: dict[str, np.ndarray] = {}
         self.candidates: set[str] = set()  # initializers that are parameters where read as data
         self.known: set[str] = set()  # values that import_shape folds (first pass: optimistic)
@@ -145,6 +122,8 @@ class _Importer:
         self.named: set[int] = set()
         self.reserved: set[str] = set()
         self.temps = 0
+        self.pending: set[int] = set()  # nodes whose static check needs a value of pass two
+        self.second_pass = False
 
     # -- the steps ------------------------------------------------------------------------
     def run(self) -> Graph:
@@ -153,6 +132,7 @@ class _Importer:
         self._read_inputs()
         order = self._sort()
         self._check_outputs()
+        self._check_schemas(order)
         bad = self._first_pass(order)
         self._second_pass(order, bad)
         self._mark_outputs()
@@ -250,7 +230,7 @@ class _Importer:
                     raise VerifyError(f"{n.where}: input {name!r} is not defined (not a graph "
                                       "input, an initializer or a node output)")
             deps.append({producer[x] for x in n.inputs if x in producer})
-        return [self.nodes[i] for i in _topological(deps, self.nodes)]
+        return [self.nodes[i] for i in topological(deps, self.nodes)]
 
     def _check_outputs(self) -> None:
         seen: set[str] = set()
@@ -262,6 +242,15 @@ class _Importer:
                 raise VerifyError(f"graph output {vi.name!r} is not defined (not a graph input, "
                                   "an initializer or a node output)")
 
+    def _check_schemas(self, order: list[OnnxNode]) -> None:
+        """Every node of an op the importer knows has the inputs, outputs and attributes of its
+        ONNX schema (``import_schema``), before any converter or fold reads it."""
+        for n in order:
+            if isinstance(n, RaisedNode) or n.domain:
+                continue
+            if n.op in CONVERTERS or n.op in FOLDERS or n.op in REWRITES:
+                _with_where(n, lambda: check_node(n, self.opset))
+
     def _first_pass(self, order: list[OnnxNode]) -> set[int]:
         """Collect the static problems of every node; evaluate constant nodes."""
         bad: set[int] = set()
@@ -272,9 +261,12 @@ class _Importer:
             if found:
                 bad.add(n.index)
                 continue
-            fold = CONVERTERS[n.op].fold if n.op in CONVERTERS else None
+            conv = self._converter(n)
+            fold = conv.fold if conv is not None else None
             try:
                 arrays = _with_where(n, lambda: fold(n, self)) if fold else None
+            except Pending:
+                arrays = None  # folds in the second pass, with its input
             except UnsupportedError as e:
                 self.problems.append((n.index, f"{n.where}: {e}"))
                 bad.add(n.index)
@@ -302,29 +294,39 @@ class _Importer:
         shape_work = n.op in ("Shape", "Size") or any(
             x in self.known_derived or x in self.derived for x in n.inputs if x)
         ok = foldable(n, lambda x: self.is_fixed(x) or x in self.known
-                      or (shape_work and x in self.consts))
+                      or (shape_work and n.op in NUMERIC and x in self.consts))
         if ok and shape_work:
             self.known_derived.update(o for o in n.outputs if o)
         return ok
 
+    def _converter(self, n: OnnxNode) -> Converter | None:
+        """How the node imports: a raised gradc group, or its op type's converter."""
+        if isinstance(n, RaisedNode):
+            return RAISED
+        return None if n.domain else CONVERTERS.get(n.op)
+
     def _static_problems(self, n: OnnxNode) -> list[str]:
-        if not n.domain and n.op not in CONVERTERS and self._will_fold(n):
+        conv = self._converter(n)
+        if conv is None and not n.domain and self._will_fold(n):
             return []  # evaluated at import (import_shape)
-        if n.domain or n.op not in CONVERTERS:
-            dom = f" (domain {n.domain})" if n.domain else ""
-            return [f"op {n.op}{dom} is not supported"]
-        conv = CONVERTERS[n.op]
+        if n.domain:  # com.microsoft's fused ops and the like (SPEC-transformers §28.5)
+            return [f"domain {n.domain} is not supported (export with the standard opset)"]
+        if conv is None:
+            return [refusal(n.op)]
         found = [f"input {field} ({n.input(i)!r}) must be a constant (an initializer, a "
                  "Constant node or a static shape computation)" for i, field in conv.const_inputs
                  if n.input(i) and not self.is_const(n.input(i))]
         if conv.check is not None:
             try:
                 found += _with_where(n, lambda: conv.check(n, self))
-            except UnsupportedError as e:  # e.g. a constant that folds only in the second pass
+            except Pending:  # an input known only in the second pass: checked there
+                self.pending.add(n.index)
+            except UnsupportedError as e:
                 found.append(str(e))
         return found
 
     def _second_pass(self, order: list[OnnxNode], bad: set[int]) -> None:
+        self.second_pass = True
         for n in order:
             skip = n.index in bad or any(x in self.failed for x in n.inputs if x)
             if skip or all(o in self.consts for o in n.outputs if o):
@@ -333,7 +335,8 @@ class _Importer:
                 continue
             if self._fold(n):
                 continue
-            if n.op not in CONVERTERS:
+            conv = self._converter(n)
+            if conv is None:
                 self.problems.append((n.index, f"{n.where}: op {n.op} is supported only where "
                                       "its inputs are known at import (a static shape "
                                       "computation)"))
@@ -341,7 +344,11 @@ class _Importer:
                 continue
             start = len(self.graph.nodes)
             try:
-                outs = CONVERTERS[n.op].build(n, self)
+                if n.index in self.pending and conv.check is not None:
+                    found = _with_where(n, lambda: conv.check(n, self))  # type: ignore[misc]
+                    if found:
+                        raise UnsupportedError("; ".join(found))
+                outs = conv.build(n, self)
                 self._bind(n, outs, start)
             except UnsupportedError as e:
                 self.problems.append((n.index, f"{n.where}: {e}"))
@@ -438,17 +445,23 @@ class _Importer:
             self.graph.output(v, vi.name)
 
     def _raise_problems(self) -> None:
-        items = [msg for _, msg in sorted(self.problems, key=lambda p: p[0])]
+        items = [self._noted(i, msg) for i, msg in sorted(self.problems, key=lambda p: p[0])]
         head = f"ONNX graph {self.graph.name!r}: {len(items)} unsupported " \
                f"feature{'s' if len(items) > 1 else ''}: "
         refused = {i for i, _ in self.problems if 0 <= i < len(self.nodes)}
         if len(refused) <= 1 and len(items) <= 20:
             head += "; ".join(items)
         else:  # one readable line grouped by op type first (the CLI prints only it), then all
-            head += _summary(self.nodes, self.problems) + "\n" + "\n".join(items)
+            head += summary(self.nodes, self.problems) + "\n" + "\n".join(items)
         e = UnsupportedError(head)
         e.problems = items  # type: ignore[attr-defined]
         raise e
+
+    def _noted(self, index: int, msg: str) -> str:
+        """A problem of a node from an edited group of a gradc export names that group."""
+        if 0 <= index < len(self.nodes) and self.nodes[index].name in self.edited:
+            return f"{msg} ({self.edited[self.nodes[index].name]})"
+        return msg
 
     # -- the Context protocol of the converters ---------------------------------------------
     def is_const(self, name: str) -> bool:
@@ -466,12 +479,10 @@ class _Importer:
         if not name:
             return None
         if name not in self.consts:
-            raise UnsupportedError(f"input {field} ({name!r}) must be a constant (an "
-                                   "initializer, a Constant node or a static shape "
-                                   "computation)")
+            self._not_const(name, field)
         a = self.consts[name]
         if a.dtype == object:
-            raise symbolic_error(f"input {field} ({name!r})", a)
+            raise symbolic_error(f"input {field}", a)
         return a
 
     def dims(self, node: OnnxNode, index: int, field: str) -> list[int | str] | None:
@@ -480,14 +491,29 @@ class _Importer:
         if not name:
             return None
         if name not in self.consts:
-            raise UnsupportedError(f"input {field} ({name!r}) must be a constant (an "
-                                   "initializer, a Constant node or a static shape "
-                                   "computation)")
+            self._not_const(name, field)
         return dims_of(self.consts[name], field)
+
+    def _not_const(self, name: str, field: str) -> None:
+        if name in self.known and not self.second_pass:
+            raise Pending(f"input {field} ({name!r}) is known only once its producer has "
+                          "been folded")
+        raise UnsupportedError(f"input {field} ({name!r}) must be a constant (an initializer, "
+                               "a Constant node or a static shape computation)")
 
     def shape_source(self, dims: tuple) -> Value | None:
         """A value of the graph with exactly these dims, read by a ``Shape`` node, if any."""
         return self.shape_sources.get(tuple(dims))
+
+    def symbol_carrier(self, symbol: str) -> tuple[Value, int] | None:
+        """A value with the symbolic dim (one a Shape node read first, then a graph input, then
+        any value built so far), and its axis."""
+        values = list(self.shape_sources.values()) + list(self.graph.inputs) + list(
+            self.env.values())
+        for v in values:
+            if symbol in v.type.shape:
+                return v, v.type.shape.index(symbol)
+        return None
 
     def value_type(self, name: str) -> Any:
         """The gradc type of a built value or a constant (a Shape node reads it); None else."""
@@ -507,7 +533,7 @@ class _Importer:
             return self.env[name]
         a = self.consts[name]
         if a.dtype == object:
-            raise symbolic_error(f"{what} ({name!r})", a)
+            raise symbolic_error(what, a)
         if a.size == 0:
             raise UnsupportedError(f"{what} ({name!r}) is an empty tensor (shape "
                                    f"{list(a.shape)}); gradc has no empty tensors")
@@ -525,6 +551,9 @@ class _Importer:
         return v
 
 
+RAISED = Converter(build_raised)  # type: ignore[arg-type]  # its build takes a RaisedNode
+
+
 def _with_where(n: OnnxNode, fn: Any) -> Any:
     """Run ``fn``; prefix a VerifyError with the node (the first pass's checks may raise one)."""
     try:
@@ -533,56 +562,3 @@ def _with_where(n: OnnxNode, fn: Any) -> Any:
         raise VerifyError(f"{n.where}: {e}") from None
 
 
-def _default_opset(model: Any) -> int:
-    for o in model.opset_import:
-        if o.domain in ("", "ai.onnx"):
-            return int(o.version)
-    if any(n.domain in ("", "ai.onnx") for n in model.graph.node):
-        raise VerifyError("ONNX model: opset_import: expected a version for the default "
-                          "domain, got none")
-    return 0
-
-
-def _topological(deps: list[set[int]], nodes: list[OnnxNode]) -> list[int]:
-    """Kahn's algorithm, taking the lowest ready index first; VerifyError on a cycle."""
-    users: list[list[int]] = [[] for _ in deps]
-    waiting = [len(d) for d in deps]
-    for i, d in enumerate(deps):
-        for j in d:
-            users[j].append(i)
-    ready = [i for i, w in enumerate(waiting) if w == 0]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for u in users[i]:
-            waiting[u] -= 1
-            if waiting[u] == 0:
-                heapq.heappush(ready, u)
-    if len(order) < len(deps):
-        stuck = [nodes[i].where for i, w in enumerate(waiting) if w > 0]
-        raise VerifyError(f"the ONNX graph has a cycle (nodes waiting on each other: "
-                          f"{', '.join(stuck[:4])}{', ...' if len(stuck) > 4 else ''})")
-    return order
-
-
-
-def _summary(nodes: list[OnnxNode], problems: list[tuple[int, str]]) -> str:
-    """Problems grouped by ONNX op type in model order: ``Where (30 nodes, first 'a/Where')``."""
-    groups: dict[str, list[str]] = {}
-    seen: set[int] = set()
-    for index, _ in sorted(problems, key=lambda p: p[0]):
-        if 0 <= index < len(nodes):
-            if index in seen:
-                continue  # a node with several problems counts once
-            seen.add(index)
-            n = nodes[index]
-            groups.setdefault(n.op, []).append(n.name or f"#{n.index}")
-        else:
-            groups.setdefault("(graph inputs, outputs, initializers)", []).append("")
-    parts = []
-    for op, names in groups.items():
-        count = f"{len(names)} node{'s' if len(names) > 1 else ''}"
-        parts.append(f"{op} ({count}, first {names[0]!r})" if names[0] else f"{op} ({len(names)})")
-    return ", ".join(parts) + " (the full message lists every feature, one per line: --debug)"

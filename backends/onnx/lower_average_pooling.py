@@ -9,10 +9,17 @@ an ``Unsqueeze``, a ``Pad`` of ``stride - 1`` zeros, a ``Reshape`` and a ``Pad``
 added in the reference's order (row-major taps; reversed for the gradient) and divided by the
 window counts, a constant of the output's spatial shape. Adding the zeros a tap does not reach
 is adding +0, so this form is exact; float16 works in float32 and is rounded once.
+
+onnxruntime's ``AveragePool`` has a float kernel only (no double): float64 always takes the tap
+form, in float64. A window with more than ``MAX_TAPS`` taps reaching the input (a global
+average over a large plane) is summed one spatial axis at a time instead (``_separable``: the
+same terms, associated per axis, within SPEC's summation tolerance), so the node count grows
+with the sum of the axes' taps rather than their product.
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Sequence
 
 import numpy as np
@@ -20,13 +27,15 @@ import numpy as np
 from gradc.backends.onnx.builder import OnnxGraphBuilder, Tensor
 from gradc.errors import UnsupportedError
 from gradc.ir.core import Node
-from gradc.ir.ops.average_pooling import _taps, axis_counts, window_counts
-from gradc.ir.ops.pooling import floor_sizes, tap_outputs
+from gradc.ir.ops.average_pooling import axis_counts, window_counts
+from gradc.ir.ops.pooling import floor_sizes, tap_outputs, window_taps
 from gradc.ir.types import DType, element_count
 
 MAX_TAPS = 4096  # taps (window positions reaching the input) the tap form writes
+WALK_LIMIT = 64 * MAX_TAPS  # candidate taps or output coordinates searched per axis
 COUNT_LIMIT = 1 << 16  # entries of a divisor table (all of it, or one axis of it)
 KEYS = ("window_size", "strides", "start_padding", "end_padding", "dilations")
+NATIVE = frozenset({DType.float32})  # work dtypes of onnxruntime's AveragePool kernel
 
 
 def _work(dtype: DType) -> DType:
@@ -88,6 +97,25 @@ def _check_taps(op: str, taps: Sequence[Any]) -> None:
                                f"window taps reaching the input, got {len(taps)}")
 
 
+def _axis_taps(op: str, spatial: Sequence[int], out: Sequence[int],
+               attrs: Any) -> list[list[int]]:
+    """Per spatial axis, the taps that reach the input. The search walks the candidate taps
+    or the output coordinates, whichever are fewer, and stops past ``WALK_LIMIT`` of them: a
+    window of 2**24 taps with 2**40 of padding (a 2**41-wide output) is refused at once
+    instead of walked (each axis may keep at most ``MAX_TAPS`` taps in any form)."""
+    per = []
+    for i in range(len(out)):
+        ks = window_taps(spatial[i], out[i], *(attrs[f][i] for f in (
+            "window_size", "strides", "start_padding", "dilations")), limit=WALK_LIMIT)
+        if ks is None:
+            raise UnsupportedError(f"onnx target: {op}: window_size: expected at most "
+                                   f"{MAX_TAPS} window taps reaching the input on axis {i}, "
+                                   f"got more than {WALK_LIMIT} candidates")
+        _check_taps(op, ks)
+        per.append(ks)
+    return per
+
+
 def lower_average_pooling(gb: OnnxGraphBuilder, node: Node,
                           args: Sequence[Tensor]) -> list[Tensor]:
     """AveragePool where onnxruntime takes the arguments, else the tap form (module doc)."""
@@ -98,46 +126,79 @@ def lower_average_pooling(gb: OnnxGraphBuilder, node: Node,
     spatial = [int(v) for v in x.shape[2:]]
     out = list(attrs["output_sizes"])
     shape = node.outputs[0].type.shape
-    ceil = _native(attrs, spatial, out)
+    ceil = _native(attrs, spatial, out) if work in NATIVE else None
     if ceil is not None:
         y = gb.op("AveragePool", [x], work, shape, kernel_shape=list(attrs["window_size"]),
                   strides=list(attrs["strides"]), dilations=list(attrs["dilations"]),
                   pads=list(attrs["start_padding"]) + list(attrs["end_padding"]),
                   count_include_pad=int(attrs["include_padding"]), ceil_mode=ceil)
         return [gb.cast(y, dtype)]
-    taps = _taps(spatial, out, attrs)
-    _check_taps("average_pooling", taps)
-    total: Tensor | None = None
-    for k in taps:
-        t = _gather(gb, x, k, spatial, out, attrs)
-        if t is not None:
-            total = t if total is None else gb.op("Add", [total, t], work, shape)
-    if total is None:
-        total = gb.expand(gb.scalar(0, work), shape)
+    per = _axis_taps("average_pooling", spatial, out, attrs)
+    if element_count([len(ks) for ks in per]) > MAX_TAPS:
+        total = _separable(gb, x, spatial, out, attrs, per)
+    else:
+        taps = list(itertools.product(*per))  # row-major, as the reference sums them
+        total = _sum(gb, [_gather(gb, x, k, spatial, out, attrs) for k in taps], shape, work)
     y = gb.op("Div", [total, _counts(gb, attrs, spatial, out, work)], work, shape)
     return [gb.cast(y, dtype)]
+
+
+def _sum(gb: OnnxGraphBuilder, terms: Sequence[Tensor | None], shape: Sequence[Any],
+         work: DType) -> Tensor:
+    """The terms added in order (+0 when there are none)."""
+    total: Tensor | None = None
+    for t in terms:
+        if t is not None:
+            total = t if total is None else gb.op("Add", [total, t], work, tuple(shape))
+    return total if total is not None else gb.expand(gb.scalar(0, work), tuple(shape))
+
+
+def _separable(gb: OnnxGraphBuilder, x: Tensor, spatial: Sequence[int], out: Sequence[int],
+               attrs: Any, per: Sequence[Sequence[int]], grad: bool = False) -> Tensor:
+    """The windows' sums one spatial axis at a time (``per``: each axis's taps, at most
+    ``MAX_TAPS``): per axis, its taps' strided slices added in increasing order; with
+    ``grad``, the placements of ``x`` (shaped like the pooled result) at each tap's positions,
+    added in decreasing order."""
+    t = x
+    for i in range(len(out)):
+        ks = per[i]
+        shape = list(t.shape)
+        shape[2 + i] = spatial[i] if grad else out[i]
+        terms = [_place_axis(gb, t, i, k, spatial[i], out[i], attrs) for k in reversed(ks)] \
+            if grad else [_gather_axis(gb, t, i, k, spatial[i], out[i], attrs) for k in ks]
+        t = _sum(gb, terms, shape, t.dtype)
+    return t
 
 
 def _gather(gb: OnnxGraphBuilder, x: Tensor, k: Sequence[int], spatial: Sequence[int],
             out: Sequence[int], attrs: Any) -> Tensor | None:
     """Tap ``k`` of every window, +0 where it lies in the padding; shape ``(N, C, *out)``."""
-    t = x
+    t: Tensor | None = x
     for i in range(len(k)):
-        s, sp, d = (attrs[f][i] for f in ("strides", "start_padding", "dilations"))
-        lo, hi = tap_outputs(k[i], spatial[i], out[i], s, sp, d)
-        if lo > hi:
+        if t is None:
             return None
-        first = lo * s - sp + k[i] * d
-        ax = 2 + i
-        shape = list(t.shape)
-        shape[ax] = hi - lo + 1
-        t = gb.op("Slice", [t, gb.ints([first]), gb.ints([first + (hi - lo) * s + 1]),
-                            gb.ints([ax]), gb.ints([s])], t.dtype, tuple(shape))
-        if hi - lo + 1 != out[i]:
-            pads = [0] * (2 * len(shape))
-            pads[ax], pads[len(shape) + ax] = lo, out[i] - 1 - hi
-            shape[ax] = out[i]
-            t = gb.op("Pad", [t, gb.ints(pads)], t.dtype, tuple(shape), mode="constant")
+        t = _gather_axis(gb, t, i, k[i], spatial[i], out[i], attrs)
+    return t
+
+
+def _gather_axis(gb: OnnxGraphBuilder, t: Tensor, i: int, k: int, n: int, out: int,
+                 attrs: Any) -> Tensor | None:
+    """Tap ``k`` of spatial axis ``i`` for every window on that axis (+0 in the padding)."""
+    s, sp, d = (attrs[f][i] for f in ("strides", "start_padding", "dilations"))
+    lo, hi = tap_outputs(k, n, out, s, sp, d)
+    if lo > hi:
+        return None
+    first = lo * s - sp + k * d
+    ax = 2 + i
+    shape = list(t.shape)
+    shape[ax] = hi - lo + 1
+    t = gb.op("Slice", [t, gb.ints([first]), gb.ints([first + (hi - lo) * s + 1]),
+                        gb.ints([ax]), gb.ints([s])], t.dtype, tuple(shape))
+    if hi - lo + 1 != out:
+        pads = [0] * (2 * len(shape))
+        pads[ax], pads[len(shape) + ax] = lo, out - 1 - hi
+        shape[ax] = out
+        t = gb.op("Pad", [t, gb.ints(pads)], t.dtype, tuple(shape), mode="constant")
     return t
 
 
@@ -152,51 +213,59 @@ def lower_average_pooling_grad(gb: OnnxGraphBuilder, node: Node,
     out = [int(v) for v in dy.shape[2:]]
     shape = node.outputs[0].type.shape
     q = gb.op("Div", [dy, _counts(gb, attrs, spatial, out, work)], work, dy.shape)
-    taps = _taps(spatial, out, attrs)
-    _check_taps("average_pooling_grad", taps)
-    total: Tensor | None = None
-    for k in reversed(taps):
-        t = _place(gb, q, k, spatial, out, attrs)
-        if t is not None:
-            total = t if total is None else gb.op("Add", [total, t], work, shape)
-    if total is None:
-        total = gb.expand(gb.scalar(0, work), shape)
+    per = _axis_taps("average_pooling_grad", spatial, out, attrs)
+    if element_count([len(ks) for ks in per]) > MAX_TAPS:
+        total = _separable(gb, q, spatial, out, attrs, per, grad=True)
+    else:
+        taps = list(itertools.product(*per))
+        total = _sum(gb, [_place(gb, q, k, spatial, out, attrs) for k in reversed(taps)],
+                     shape, work)
     return [gb.cast(total, dtype)]
 
 
 def _place(gb: OnnxGraphBuilder, q: Tensor, k: Sequence[int], spatial: Sequence[int],
            out: Sequence[int], attrs: Any) -> Tensor | None:
     """``q`` of the windows tap ``k`` reaches, at the input positions it reads; +0 elsewhere."""
-    t = q
+    t: Tensor | None = q
     for i in range(len(k)):
-        s, sp, d = (attrs[f][i] for f in ("strides", "start_padding", "dilations"))
-        lo, hi = tap_outputs(k[i], spatial[i], out[i], s, sp, d)
-        if lo > hi:
+        if t is None:
             return None
-        first = lo * s - sp + k[i] * d
-        ax, m = 2 + i, hi - lo + 1
-        shape = list(t.shape)
-        if m != out[i]:
-            shape[ax] = m
-            t = gb.op("Slice", [t, gb.ints([lo]), gb.ints([hi + 1]), gb.ints([ax])], t.dtype,
-                      tuple(shape))
-        length = m
-        if s > 1 and m > 1:  # spread: element j to position j * s
-            u = gb.unsqueeze(t, ax + 1)
-            ushape = list(u.shape)
-            pads = [0] * (2 * len(ushape))
-            pads[len(ushape) + ax + 1] = s - 1
-            ushape[ax + 1] = s
-            u = gb.op("Pad", [u, gb.ints(pads)], u.dtype, tuple(ushape), mode="constant")
-            shape[ax] = m * s
-            t = gb.reshape(u, tuple(shape))
-            length = (m - 1) * s + 1
-            shape[ax] = length
-            t = gb.op("Slice", [t, gb.ints([0]), gb.ints([length]), gb.ints([ax])], t.dtype,
-                      tuple(shape))
-        pads = [0] * (2 * len(shape))
-        pads[ax], pads[len(shape) + ax] = first, spatial[i] - first - length
-        shape[ax] = spatial[i]
-        if first or spatial[i] - first - length:
-            t = gb.op("Pad", [t, gb.ints(pads)], t.dtype, tuple(shape), mode="constant")
+        t = _place_axis(gb, t, i, k[i], spatial[i], out[i], attrs)
+    return t
+
+
+def _place_axis(gb: OnnxGraphBuilder, t: Tensor, i: int, k: int, n: int, out: int,
+                attrs: Any) -> Tensor | None:
+    """``t`` of the windows tap ``k`` of spatial axis ``i`` reaches, at the positions it reads
+    on that axis (length ``n``); +0 elsewhere."""
+    s, sp, d = (attrs[f][i] for f in ("strides", "start_padding", "dilations"))
+    lo, hi = tap_outputs(k, n, out, s, sp, d)
+    if lo > hi:
+        return None
+    first = lo * s - sp + k * d
+    ax, m = 2 + i, hi - lo + 1
+    shape = list(t.shape)
+    if m != out:
+        shape[ax] = m
+        t = gb.op("Slice", [t, gb.ints([lo]), gb.ints([hi + 1]), gb.ints([ax])], t.dtype,
+                  tuple(shape))
+    length = m
+    if s > 1 and m > 1:  # spread: element j to position j * s
+        u = gb.unsqueeze(t, ax + 1)
+        ushape = list(u.shape)
+        pads = [0] * (2 * len(ushape))
+        pads[len(ushape) + ax + 1] = s - 1
+        ushape[ax + 1] = s
+        u = gb.op("Pad", [u, gb.ints(pads)], u.dtype, tuple(ushape), mode="constant")
+        shape[ax] = m * s
+        t = gb.reshape(u, tuple(shape))
+        length = (m - 1) * s + 1
+        shape[ax] = length
+        t = gb.op("Slice", [t, gb.ints([0]), gb.ints([length]), gb.ints([ax])], t.dtype,
+                  tuple(shape))
+    pads = [0] * (2 * len(shape))
+    pads[ax], pads[len(shape) + ax] = first, n - first - length
+    shape[ax] = n
+    if first or n - first - length:
+        t = gb.op("Pad", [t, gb.ints(pads)], t.dtype, tuple(shape), mode="constant")
     return t

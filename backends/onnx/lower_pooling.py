@@ -35,7 +35,9 @@ from gradc.ir.ops.common import lowest
 from gradc.ir.ops.pooling import tap_outputs, window_taps
 from gradc.ir.types import Dim, DType
 
-KEY = {DType.float16: DType.float32, DType.int16: DType.int32, DType.uint16: DType.int32}
+# comparison keys of the dtypes that Where lacks on some onnxruntime release (builder.WHERE_EXACT)
+KEY = {DType.float16: DType.float32, DType.int16: DType.int32, DType.uint16: DType.int32,
+       DType.int8: DType.int32, DType.uint32: DType.int64}
 ACC = {DType.float16: DType.float32, DType.float32: DType.float32, DType.float64: DType.float64}
 MAX_TAPS = 1024  # window taps reaching the input (summed over the axes) the exporter writes
 MAX_TABLE = 2 ** 16  # elements of a 1-D constant; longer axes make theirs at run time (Range)

@@ -4,7 +4,11 @@ The model uses default-domain operators only (opset 21, IR version 10), passes
 ``onnx.checker.check_model(model, full_check=True)``, keeps the graph's input and output names
 and its symbolic dims (``dim_param``). Every ONNX node of a gradc node is named
 ``gradc.<op>.<n>/<OnnxOp>`` (``n``: the node's position; nodes of a fused group are named
-``gradc.fused.<n>/<op>.<m>/<OnnxOp>``) and its ``doc_string`` names the gradc op.
+``gradc.fused.<n>/<op>.<m>/<OnnxOp>``) and its ``doc_string`` names the gradc op. The first ONNX
+node of each gradc node's group carries the group's tag (``format``: the gradc node and a
+digest of the group), so that ``from_onnx`` raises an unedited group back into its gradc node
+even where the model was edited elsewhere; the model's metadata holds the whole graph's text IR
+and the digest of the whole ONNX graph, computed last, over the model as written.
 
 Each lowering is an exact decomposition of SPEC.md. "bits": bit-identical to the reference
 (-0.0 and NaN payloads included); "tol": within SPEC §1.6's tolerance (in practice it follows
@@ -62,6 +66,7 @@ onnxruntime folds escapes that check. ``build`` also turns NoopElimination off.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -69,6 +74,9 @@ import onnx
 from onnx import helper
 
 from gradc.backends.onnx.builder import OnnxGraphBuilder, Tensor
+from gradc.backends.onnx.format import (
+    GROUP_KEY, GroupTag, group_digest, members_by_scope, producers_of,
+)
 from gradc.backends.onnx.format import (
     ELEM_TYPES, IR_HASH_KEY, IR_KEY, IR_VERSION, OPSET, PRODUCER, array_to_tensor, graph_digest,
     producer_version,
@@ -83,8 +91,10 @@ from gradc.backends.onnx.lower_conv import lower_conv_table
 from gradc.backends.onnx.lower_gemm import lower_gemm_table
 from gradc.backends.onnx.lower_batch_norm import lower_batch_norm_table
 from gradc.backends.onnx.lower_training import lower_training_table
+from gradc.backends.onnx.lower_activation import lower_activation_table
+from gradc.backends.onnx.lower_normalization import index_error, lower_normalization_table
 from gradc.backends.target import Lowered
-from gradc.errors import GradcError, ResourceError, UnsupportedError, VerifyError
+from gradc.errors import GradcError, InputError, ResourceError, UnsupportedError, VerifyError
 from gradc.ir.core import Graph, Node, Value, parameters_as_inputs
 from gradc.ir.interpret import evaluate_node
 from gradc.ir.verify import verify
@@ -98,6 +108,8 @@ LOWERINGS = {
     **lower_gemm_table(),
     **lower_batch_norm_table(),
     **lower_training_table(),
+    **lower_activation_table(),
+    **lower_normalization_table(),
 }
 
 
@@ -116,12 +128,17 @@ def _value_info(v: Value) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(v.name, ELEM_TYPES[v.type.dtype], list(v.type.shape))
 
 
-def to_onnx(graph: Graph) -> onnx.ModelProto:
+def to_onnx(graph: Graph, weights_as_inputs: bool = True) -> onnx.ModelProto:
     """Export a graph as a standard-domain ONNX model (opset 21) that onnxruntime runs.
 
     Parameters become initializers of the same names, also listed as graph inputs (after the
     graph's own inputs), so that a caller may feed new values (a parameter without a value is
-    an input alone).
+    an input alone). ``weights_as_inputs=False`` lists parameters that have a value as
+    initializers only (a deployed model's constant weights: ``Trainer.export``).
+
+    Every writer of ONNX goes through here: the embedded IR's digest is the last thing set, so
+    the model read back is the model written (a change after it makes ``from_onnx`` distrust
+    the embedded IR and import the ONNX nodes instead).
     """
     verify(graph)
     missing = unsupported_ops(graph)
@@ -130,8 +147,12 @@ def to_onnx(graph: Graph) -> onnx.ModelProto:
                                f"{', '.join(missing)}")
     lifted = parameters_as_inputs(graph)
     model = _export(lifted)
-    model.graph.initializer.extend(array_to_tensor(p.value, p.name) for p in graph.parameters
-                                   if p.value is not None)
+    weights = {p.name: p.value for p in graph.parameters if p.value is not None}
+    model.graph.initializer.extend(array_to_tensor(a, name) for name, a in weights.items())
+    if not weights_as_inputs:
+        kept = [v for v in model.graph.input if v.name not in weights]
+        del model.graph.input[:]
+        model.graph.input.extend(kept)
     helper.set_model_props(model, {IR_KEY: str(graph), IR_HASH_KEY: graph_digest(model.graph)})
     return model
 
@@ -145,10 +166,16 @@ def _export(graph: Graph) -> onnx.ModelProto:
         env[v] = t
         gb.add_symbol_source(t)
     outputs = {v: v.name for v in graph.outputs}
+    groups: list[_Group] = []
     for i, node in enumerate(graph.nodes):
-        _lower_node(gb, node, f"gradc.{node.op}.{i}", env, outputs)
-    used = _used_names(gb.nodes) | {v.name for v in graph.outputs}
-    inits = [t for t in gb.initializers if t.name in used]  # folded constants' operands go
+        _lower_node(gb, node, f"gradc.{node.op}.{i}", env, outputs, groups)
+    tagged = _tagged(gb, groups)
+    # folded constants' operands go; a tagged group's operands stay, so that the importer can
+    # raise the group on them even where its lowering read a converted copy instead
+    used = _used_names(gb.nodes) | {v.name for v in graph.outputs} | {
+        x for _, _, operands, _ in tagged for x in operands}
+    inits = [t for t in gb.initializers if t.name in used]
+    _tag_groups(tagged, gb.nodes, inits)
     g = helper.make_graph(gb.nodes, graph.name, [_value_info(v) for v in graph.inputs],
                           [_value_info(v) for v in graph.outputs], inits,
                           doc_string=f"exported by gradc from graph {graph.name!r}")
@@ -169,21 +196,32 @@ def _used_names(nodes: Any) -> set[str]:
     return out
 
 
+@dataclass(frozen=True)
+class _Group:
+    """A lowered gradc node (not fused) and the ONNX names of its operands and results."""
+
+    scope: str
+    node: Node
+    operands: tuple[str, ...]
+    results: tuple[str, ...]
+
+
 def _lower_node(gb: OnnxGraphBuilder, node: Node, scope: str, env: dict[Value, Tensor],
-                outputs: Mapping[Value, str], group: str = "") -> None:
+                outputs: Mapping[Value, str], groups: list[_Group], group: str = "") -> None:
     """Lower one node (a fused node: its body) and bind its results in ``env``."""
     start = len(gb.nodes)
     if node.op == "fused":
         assert node.body is not None
         inner: dict[Value, Tensor] = {b: env[a] for b, a in zip(node.body.inputs, node.inputs)}
         for j, sub in enumerate(node.body.nodes):
-            _lower_node(gb, sub, f"{scope}/{sub.op}.{j}", inner, {}, group=scope)
+            _lower_node(gb, sub, f"{scope}/{sub.op}.{j}", inner, {}, groups, group=scope)
         results = [inner[v] for v in node.body.outputs]
     else:
         gb.scope = scope
         gb.doc = f"gradc op {node.op}" + (f" in fused group {group}" if group else "")
         args = [env[v] for v in node.inputs]
         results = _fold(gb, node, args) or LOWERINGS[node.op](gb, node, args)
+        operands = tuple(t.name for t in args)
     produced = {out for n in gb.nodes[start:] for out in n.output}
     for v, t in zip(node.outputs, results):
         want = outputs.get(v)
@@ -196,6 +234,65 @@ def _lower_node(gb: OnnxGraphBuilder, node: Node, scope: str, env: dict[Value, T
                 gb.rename(t.name, want, len(gb.nodes) - 1)
             t = Tensor(want, t.dtype, t.shape)
         env[v] = Tensor(t.name, v.type.dtype, v.type.shape, t.value)
+    if node.op != "fused" and len(gb.nodes) > start:
+        groups.append(_Group(scope, node, operands, tuple(env[v].name for v in node.outputs)))
+
+
+_Tagged = tuple[_Group, list[Any], tuple[str, ...], tuple[str, ...]]
+
+
+def _tagged(gb: OnnxGraphBuilder, groups: list[_Group]) -> list[_Tagged]:
+    """The groups that get a tag, with their member nodes and the final names of their operands
+    and results (the node list being final).
+
+    A group with a result that no node of its own writes (a folded constant, an operand passed
+    through) gets no tag: it has nothing that an importer would need to raise.
+    """
+    members = members_by_scope(gb.nodes, [g.scope for g in groups])
+    out: list[_Tagged] = []
+    for g in groups:
+        nodes = members.get(g.scope, [])
+        operands = tuple(gb.final_name(x) for x in g.operands)
+        results = tuple(gb.final_name(x) for x in g.results)
+        written = {o for n in nodes for o in n.output}
+        if nodes and set(results) <= written:
+            out.append((g, nodes, operands, results))
+    return out
+
+
+def _tag_groups(tagged: list[_Tagged], all_nodes: Any, inits: list[Any]) -> None:
+    """Put each tagged group's tag on its first ONNX node (``format``)."""
+    producers = producers_of(all_nodes)
+    initializers = {t.name: t for t in inits}
+    texts: dict[Any, str] = {}  # identical nodes (repeated layers) print once
+    for g, nodes, operands, results in tagged:
+        text = _cached_text(texts, g.node)
+        digest = group_digest(g.scope, text, operands, results, nodes, initializers, producers,
+                              OPSET)
+        entry = nodes[0].metadata_props.add()
+        entry.key = GROUP_KEY
+        entry.value = GroupTag(g.scope, text, operands, results, digest).to_json()
+
+
+def _cached_text(texts: dict[Any, str], node: Node) -> str:
+    try:
+        key = (node.op, tuple(v.type for v in node.inputs), tuple(node.attrs.items()))
+        hash(key)
+    except TypeError:  # an attribute that is no hashable value (an array): print it
+        return _node_text(node)
+    if key not in texts:
+        texts[key] = _node_text(node)
+    return texts[key]
+
+
+def _node_text(node: Node) -> str:
+    """A gradc node as the text IR of a graph holding it alone (inputs a0.., results r0..)."""
+    g = Graph("node")
+    args = [g.input(f"a{i}", v.type.dtype, v.type.shape) for i, v in enumerate(node.inputs)]
+    copy = g.append(Node(node.op, args, node.attrs, [v.type for v in node.outputs]))
+    for i, v in enumerate(copy.outputs):
+        g.output(v, f"r{i}")
+    return str(g)
 
 
 FOLD_LIMIT = 4096  # elements; larger constant results are left to the lowering
@@ -232,6 +329,7 @@ class OnnxRunner:
     def __init__(self, session: Any, graph: Graph, make: Callable[[], Any] | None = None) -> None:
         self.session = session  # None: made by ``make`` at the first call
         self._make = make
+        self.graph = graph
         self.inputs = [v.name for v in graph.inputs]
         self.outputs = [v.name for v in graph.outputs]
 
@@ -241,16 +339,30 @@ class OnnxRunner:
         if self.session is None and self._make is not None:
             self.session = self._make()
         try:
-            return dict(zip(self.outputs, self.session.run(self.outputs, feeds)))
+            return dict(zip(self.outputs, self.session.run(self.outputs, feeds, _quiet())))
         except MemoryError:
             raise
         except Exception as exc:  # onnxruntime raises its own exception types
             text = str(exc)
             if "Failed to allocate memory" in text or "bad_alloc" in text:
                 raise MemoryError(text) from None  # the Executable names the value and bytes
+            bad = index_error(self.graph, arrays, bindings)  # onnxruntime refused an index
+            if bad is not None:
+                raise InputError(bad) from None
             raise GradcError(f"onnx target: onnxruntime failed while running the exported "
                              f"model: {text.splitlines()[0] if text else type(exc).__name__}"
                              ) from None
+
+
+@functools.cache
+def _quiet() -> Any:
+    """Run options that keep onnxruntime from logging a failed run to stderr: the exception
+    carries its message, and a refused index becomes an InputError (§26.3)."""
+    import onnxruntime as ort  # lazy: loaded only when a session runs (a heavy import)
+
+    options = ort.RunOptions()
+    options.log_severity_level = 4
+    return options
 
 
 def session(model: onnx.ModelProto, threads: int | None = None,

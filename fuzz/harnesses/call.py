@@ -31,6 +31,7 @@ from fuzz.common import Finding
 from fuzz.graphgen import BuildCrash, GraphGen, random_array, replay
 from fuzz.minimize import ddmin
 from fuzz.pipeline import identical
+from fuzz.tolerance import index_feeds
 
 VALID_KINDS = ("plain", "matrix", "subclass", "raising", "no_ufunc", "noncontig", "negstride",
                "fortran", "readonly", "unaligned", "broadcast")
@@ -236,6 +237,7 @@ def execute(payload: dict[str, Any]) -> str:
         shape = [bind.get(d, 2) if isinstance(d, str) else d for d in v.type.shape]
         bases[v.name] = random_array(rng, shape, v.type.dtype.value)
         axes[v.name] = [i for i, d in enumerate(v.type.shape) if isinstance(d, str)]
+    index_feeds(g, bases, bind, rng)  # gather indices in range mostly (fuzz.tolerance)
     args: dict[str, Any] = {}
     cats = set()
     plain: dict[str, np.ndarray] = {}

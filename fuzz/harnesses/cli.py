@@ -29,6 +29,7 @@ import shutil
 import tempfile
 from typing import Any, Callable
 
+from fuzz.cli_train_cases import step_flags, train_case, write_data
 from fuzz.common import Finding, innermost_frame, tb_frames
 from fuzz.graphgen import generate_graph
 from fuzz.minimize import ddmin
@@ -36,7 +37,7 @@ from fuzz.pipeline import total_elements
 from fuzz.textmut import TextMutator
 
 SUBCOMMANDS = ("verify", "print", "run", "grad", "compile", "show", "check", "verify", "print",
-               "run", "compile", "show", "train-step")
+               "run", "compile", "show", "train-step", "train-step", "train", "train")
 HOSTILE_SHAPES = ("N=0", "N=-1", f"N={2 ** 70}", "=3", "N", "N=1e3", "N=٣", "N=99999999999",
                   "N=3=4", "N=", "self=2", f"N={2 ** 40}")
 HOSTILE_PASSES = ("bogus", "cse,bogus", "", "none", "default,cse", ",", "dce,,cse", "CSE",
@@ -76,9 +77,21 @@ def _input_file(rng: random.Random, small: bool) -> tuple[list[dict[str, Any]], 
     if r < 0.82:
         name = rng.choice(("d.onnx", "d.ir", "d"))
         return [{"name": name, "kind": "dir", "data": b""}], "{dir}/" + name, False
-    if r < 0.88:
+    if r < 0.86:
         return [], rng.choice(("{dir}/missing.ir", "{dir}/missing.onnx", "{dir}/no/such.ir",
-                               "", "-", "{dir}/\udcff.ir")), False
+                               "", "-", "{dir}/\udcff.ir", "{dir}/missing.pt2")), False
+    if r < 0.9:  # .pt2 paths (torch.export.save) that are no program
+        kind = rng.choice(("bytes", "bytes", "bytes", "dir", "zip"))
+        data = rng.choice((b"", b"garbage bytes", b"PK\x03\x04", bytes(range(256))))
+        if kind == "zip":  # an archive, but not a torch.export program
+            import io
+            import zipfile
+
+            buf = io.BytesIO()
+            with zipfile.ZipFile(buf, "w") as z:
+                z.writestr(rng.choice(("archive/version", "data.pkl", "x")), b"\x80\x04K\x01.")
+            kind, data = "bytes", buf.getvalue()
+        return [{"name": "m.pt2", "kind": kind, "data": data}], "{dir}/m.pt2", False
     return [], "example:" + rng.choice(("forward", "pool_step", "train_step", "cnn", "bogus",
                                         "", "../x")), True
 
@@ -86,9 +99,6 @@ def _input_file(rng: random.Random, small: bool) -> tuple[list[dict[str, Any]], 
 def generate(rng: random.Random) -> dict[str, Any]:
     """A command line and the files it reads."""
     sub = rng.choice(SUBCOMMANDS)
-    # graphs that run (run, check) stay small: a big one is slow work, not a hang
-    files, path, well = _input_file(rng, small=sub in ("run", "check"))
-    argv: list[str] = [sub, path]
     clean = True
     output: str | None = None
 
@@ -99,7 +109,16 @@ def generate(rng: random.Random) -> dict[str, Any]:
             return True
         return False
 
-    if rng.random() < 0.3:
+    if sub == "train" and rng.random() < 0.8:
+        files, flags, path = train_case(rng, hostile)
+        well = True
+    else:
+        # graphs that run (run, check) stay small: a big one is slow work, not a hang
+        files, path, well = _input_file(rng, small=sub in ("run", "check", "train"))
+        flags = ["--data", "{dir}/nodata.npz"] if sub == "train" else []
+    argv: list[str] = [sub, path] + flags
+
+    if sub != "train" and rng.random() < 0.3:
         argv += ["--shape", rng.choice(HOSTILE_SHAPES + ("N=1", "N=2", "N=3", "M=2"))]
         clean = False  # the graph may not have the symbol: the flag may be at fault
     if sub in ("run", "compile", "show") and rng.random() < 0.3:
@@ -143,6 +162,14 @@ def generate(rng: random.Random) -> dict[str, Any]:
         if hostile(0.15):
             argv += rng.choice((["--lr", "-1"], ["--lr", "nan"], ["--momentum", "0.5"],
                                 ["--frozen", "nope"], ["--betas", "1", "2"], ["--seed", "-3"]))
+        argv += step_flags(rng, hostile, None)
+        if any(f in argv for f in ("--class-axis", "--ignore-index", "--train", "--frozen")):
+            clean = False  # the model may have no such axis or names: the flags may be at fault
+    elif sub == "train":
+        output = rng.choice(("{dir}/trained.onnx", "{dir}/trained.onnx", "{dir}/t.ir"))
+        if "--loss" not in argv or argv.count("--class-axis") > 1 or output.endswith(".ir") \
+                or any(f in argv for f in ("--ignore-index", "--train", "--frozen")):
+            clean = False  # the model's first output or names may not fit: flags at fault
     elif sub in ("print", "show"):
         if rng.random() < 0.4:
             output = "{dir}/out.txt"
@@ -181,6 +208,19 @@ def _run_main(argv: list[str]) -> tuple[int | None, str, str, BaseException | No
     return rc, out.getvalue(), err.getvalue(), exc
 
 
+def _import_torch() -> None:
+    """gradc imports torch to read a .pt2 file: seconds, once per worker, outside the input's
+    time limit (``fuzz.worker.untimed``)."""
+    import importlib
+
+    from fuzz.worker import untimed
+
+    try:
+        untimed(lambda: importlib.import_module("torch"))
+    except ImportError:  # gradc then says how to install it
+        pass
+
+
 def _leftovers(folder: str) -> list[str]:
     try:
         return [f for f in os.listdir(folder) if f.startswith(".gradc-")]
@@ -202,10 +242,14 @@ def _execute(payload: dict[str, Any], base: str) -> str:
         path = os.path.join(base, f["name"])
         if f["kind"] == "dir":
             os.makedirs(path, exist_ok=True)
+        elif f["kind"] == "npz":
+            write_data(path, base, f["spec"])
         else:
             with open(path, "wb") as fh:
                 fh.write(f["data"])
     argv = [a.replace("{dir}", base) for a in payload["argv"]]
+    if any(a.endswith(".pt2") and os.path.isfile(a) for a in argv):
+        _import_torch()
     sub = payload.get("subcommand") or (payload["argv"][0] if payload["argv"] else "?")
     inp = (payload.get("input") or "").replace("{dir}", base)
     out_path = (payload.get("output") or "").replace("{dir}", base) or None
@@ -238,7 +282,9 @@ def _execute(payload: dict[str, Any], base: str) -> str:
         msg = errors[0][len("gradc: error:"):].strip()
         if not msg:
             raise Finding("empty error message", sub, f"gradc {sub} printed {errors[0]!r}")
-        if payload.get("clean") and inp and inp not in errors[0]:
+        named = [inp] + [a.replace("{dir}", base) for a in payload["argv"][2:]
+                         if a.startswith("{dir}/") and a.endswith((".npz", ".onnx"))]
+        if payload.get("clean") and inp and not any(p in errors[0] for p in named):
             words = re.sub(r"'[^']*'|\"[^\"]*\"|[0-9]+|\S*/\S*", "", msg).split()[:3]
             raise Finding("error without file name", f"{sub}:{' '.join(words)}",
                           f"gradc {sub}: error line does not name {os.path.basename(inp)!r}: "

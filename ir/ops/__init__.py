@@ -22,6 +22,9 @@ from gradc.ir.ops import average_pooling  # noqa: F401
 from gradc.ir.ops import batch_norm  # noqa: F401
 from gradc.ir.ops import rng  # noqa: F401
 from gradc.ir.ops import adam  # noqa: F401
+from gradc.ir.ops import activation  # noqa: F401
+from gradc.ir.ops import normalization  # noqa: F401
+from gradc.ir.ops import gather  # noqa: F401
 from gradc.ir.ops.registry import REGISTRY, OpDef, get_op
 
 __all__ = ["REGISTRY", "OpDef", "get_op"]

@@ -197,9 +197,14 @@ class Pow(_Unary):
         return out
 
     def reference(self, attrs: Mapping[str, Any], x: np.ndarray) -> list[np.ndarray]:
+        x64 = np.asarray(x, np.float64)
         e = np.float64(attrs["exponent"])
         with np.errstate(all="ignore"):
-            return [np.asarray(np.power(x.astype(np.float64), e)).astype(x.dtype)]
+            y = np.asarray(np.power(x64, e))
+            if e == 0.5:
+                # NumPy takes sqrt for a scalar 0.5: C's pow (§16.2) is +0 at -0, +inf at -inf
+                y = np.where(x64 == 0, 0.0, np.where(x64 == -np.inf, np.inf, y))
+            return [np.asarray(y.astype(x.dtype))]
 
     def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
         """dX = dY * (exponent * pow(X, exponent - 1)); exponent 0: zeros shaped like X."""

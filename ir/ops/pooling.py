@@ -126,12 +126,93 @@ class MaxPoolingGrad(OpDef):
             return [acc.reshape(x.shape).astype(x.dtype)]
 
     def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
-        """Second-order gradients through max_pooling_grad are not supported (no gather op)."""
-        if all(g is None for g in grads):
+        """dx = max_pooling_grad(x, dy) is linear in dy: its adjoint reads the cotangent at
+        each window's argmax (``gather_at_argmax``); as a function of x it is piecewise
+        constant (the argmax moves only at ties), so x gets no gradient."""
+        g = grads[0]
+        if g is None:
             return [None, None]
-        raise UnsupportedError("grad: max_pooling_grad: expected a graph without "
-                               "max_pooling_grad on the differentiated path (second-order "
-                               "gradients of max pooling are not supported)")
+        x, dy = node.inputs
+        return [None, gather_at_argmax(x, g, node.attrs, dy.type.shape[2:])]
+
+
+MAX_GATHER_TAPS = 4096  # window taps the second-order gradient of max pooling writes out
+
+
+def gather_at_argmax(x: Value, g: Value, attrs: Mapping[str, Any],
+                     out: Sequence[Any]) -> Value:
+    """``g`` (shaped like ``x``) at the argmax of each window of ``x``; +0 for a window without
+    taps in the input: max_pooling_grad's adjoint, built from primitives.
+
+    The argmax (``window_argmax``) is the first valid tap whose value equals the window's max
+    ``y`` (``max_pooling``), or the first valid tap when ``y`` is NaN (then every valid tap is
+    NaN). Visiting the taps from last to first and letting each matching tap overwrite the
+    result leaves exactly that tap. Each tap is a strided ``slice`` of its valid output range
+    (``tap_outputs``) padded to the output's shape, so no table is sized by a tensor.
+    """
+    p = {k: tuple(attrs[k]) for k in POOL_FIELDS}
+    y = make_node("max_pooling", [x], {**p, "output_indices": False,
+                                       "output_sizes": tuple(out)})
+    y_nan = make_node("where", [make_node("equal", [y, y], {}), _const(False, x),
+                                _const(True, x)], {})
+    spatial = [int(n) for n in x.type.shape[2:]]
+    per_axis = [window_taps(n, int(o), *(p[f][i] for f in ("window_size", "strides",
+                                                          "start_padding", "dilations")))
+                for i, (n, o) in enumerate(zip(spatial, out))]
+    taps = list(itertools.product(*per_axis))  # type: ignore[arg-type]
+    if len(taps) > MAX_GATHER_TAPS:
+        raise UnsupportedError(f"grad: max_pooling_grad: window_size: expected at most "
+                               f"{MAX_GATHER_TAPS} window taps reaching the input for its "
+                               f"gradient, got {len(taps)}")
+    acc: Value = _const(0, g)
+    for k in reversed(taps):
+        xs, pads = _tap(x, k, spatial, out, p)
+        gs, _ = _tap(g, k, spatial, out, p)
+        inside = None
+        if pads is not None:  # positions whose window does not reach the input through k
+            one = _const(1, x, DType.uint8)
+            ones = make_node("pad", [make_node("expand", [one, xs], {})],
+                             {**pads, "padding_value": 0})
+            inside = make_node("equal", [ones, one], {})
+            xs = make_node("pad", [xs], {**pads, "padding_value": 0})
+            gs = make_node("pad", [gs], {**pads, "padding_value": 0})
+        match = make_node("where", [make_node("equal", [xs, y], {}), _const(True, x), y_nan],
+                          {})
+        if inside is not None:
+            match = make_node("where", [inside, match, _const(False, x)], {})
+        acc = make_node("where", [match, gs, acc], {})
+    if acc.type.shape != y.type.shape:  # no tap reaches the input: +0 everywhere
+        acc = make_node("expand", [acc, y], {})
+    return acc
+
+
+def _const(v: Any, like: Value, dtype: DType | None = None) -> Value:
+    """A rank-0 constant of ``like``'s graph (``like``'s dtype for a number, else bool)."""
+    dt = dtype or (DType.bool if isinstance(v, bool) else like.type.dtype)
+    return make_node("constant", [], {"value": np.array(v, dt.numpy)}, graph=like.graph)
+
+
+def _tap(v: Value, k: Sequence[int], spatial: Sequence[int], out: Sequence[Any],
+         p: Mapping[str, Sequence[int]]) -> tuple[Value, dict[str, Any] | None]:
+    """Tap ``k`` of every window of ``v`` over its valid output range, and the paddings that
+    bring it to the output's shape (None when it covers every output position)."""
+    shape = v.type.shape
+    offsets, sizes, strides = [0, 0], [shape[0], shape[1]], [1, 1]
+    start, end = [0, 0], [0, 0]
+    for i, n in enumerate(spatial):
+        s, sp, d = p["strides"][i], p["start_padding"][i], p["dilations"][i]
+        lo, hi = tap_outputs(k[i], n, int(out[i]), s, sp, d)
+        offsets.append(lo * s - sp + k[i] * d)
+        sizes.append((hi - lo) * s + 1)
+        strides.append(s)
+        start.append(lo)
+        end.append(int(out[i]) - 1 - hi)
+    t = make_node("slice", [v], {"input_window_offsets": tuple(offsets),
+                                 "input_window_sizes": tuple(sizes),
+                                 "input_window_strides": tuple(strides)})
+    pads = None if not any(start) and not any(end) else {
+        "start_padding": tuple(start), "end_padding": tuple(end)}
+    return t, pads
 
 
 def tap_outputs(k: int, n: int, out: int, s: int, sp: int, d: int) -> tuple[int, int]:

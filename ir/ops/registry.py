@@ -9,7 +9,7 @@ from typing import Any, Callable, ClassVar, Mapping, NoReturn, Sequence
 import numpy as np
 
 from gradc.errors import GradcError, VerifyError
-from gradc.ir.core import Graph, Node, Value, current_graph
+from gradc.ir.core import Graph, Node, Value, adopt, current_graph
 from gradc.ir.types import MAX_DIM, Dim, DType, TensorType
 
 INT64_MIN, INT64_MAX = -2 ** 63, 2 ** 63 - 1  # every integer attribute is an int64 (as in ONNX)
@@ -109,6 +109,13 @@ class OpDef:
     - ``transcendental``: the result comes from a transcendental function: a target using
       another library than the reference's NumPy (the C target's libm) may differ by a few
       ulps, so ``gradc check`` holds it to a tolerance there.
+    - ``neutral_operands``: optional operands that may be left out before a later one that is
+      given (``mean_variance_normalization``'s scale when only a bias is): the builder passes
+      a constant of this value in their place (the first operand's dtype, shape ``(1,)``),
+      which leaves the result as without it (a product by 1 is exact).
+    - ``raises_input_error``: the op checks its operands' values when it runs (``gather``'s
+      indices) and raises ``InputError`` without producing anything; a target that writes
+      state in place runs every such op before its first write.
     """
 
     name: ClassVar[str]
@@ -128,6 +135,8 @@ class OpDef:
     # Trailing operands that may be left out (``convolution``'s bias, ``gemm``'s c): the
     # builder takes None for them and the node then has fewer inputs.
     optional_operands: ClassVar[tuple[str, ...]] = ()
+    neutral_operands: ClassVar[Mapping[str, float]] = {}
+    raises_input_error: ClassVar[bool] = False
 
     @property
     def anchors(self) -> bool:
@@ -173,6 +182,8 @@ def register(cls: type[OpDef]) -> type[OpDef]:
     unknown = cls.traits - TRAITS
     if unknown:
         raise RuntimeError(f"operator {cls.name}: unknown traits {sorted(unknown)}")
+    if not set(cls.neutral_operands) <= set(cls.optional_operands):
+        raise RuntimeError(f"operator {cls.name}: neutral_operands must be optional operands")
     if cls.anchor_operand is not None and cls.anchor_operand not in cls.operands:
         raise RuntimeError(f"operator {cls.name}: anchor_operand {cls.anchor_operand!r} is not "
                            "an operand")
@@ -455,16 +466,30 @@ def infer_node(op: str, in_types: Sequence[TensorType],
     return d, c.ordered(), out
 
 
+def _operand_label(op: str, i: int) -> str:
+    """``operand 1 (rhs)``: an operand's position and schema name, for messages."""
+    d = REGISTRY.get(op)
+    if d is None or not d.operands:
+        return f"operand {i}"
+    name = f"{d.operands[0]}[{i}]" if d.variadic else \
+        d.operands[i] if i < len(d.operands) else None
+    return f"operand {i}" + (f" ({name})" if name else "")
+
+
 def _target_graph(op: str, inputs: Sequence[Value], graph: Graph | None) -> Graph | None:
-    graphs = {id(v.graph): v.graph for v in inputs if v.graph is not None}
-    if graph is not None:
-        graphs.setdefault(id(graph), graph)
-    if len(graphs) > 1:
-        raise VerifyError(f"{op}: operands: expected values of one graph, got values of "
-                          f"graphs {sorted(g.name for g in graphs.values())}")
-    if graphs:
-        return next(iter(graphs.values()))
-    return current_graph()
+    """The graph a new node joins: its operands' (all one graph), else ``graph``, else the
+    ``with graph:`` block's, else none yet (the first user adopts it)."""
+    owner, first = graph, "the graph given" if graph is not None else ""
+    for i, v in enumerate(inputs):
+        if v.graph is None:
+            continue
+        if owner is None:
+            owner, first = v.graph, _operand_label(op, i)
+        elif v.graph is not owner:
+            raise VerifyError(f"{op}: {_operand_label(op, i)}: expected a value of graph "
+                              f"{owner.name!r} (that of {first}), got %{v.name} of graph "
+                              f"{v.graph.name!r}")
+    return owner if owner is not None else current_graph()
 
 
 def make_node(op: str, inputs: Sequence[Any], attrs: Mapping[str, Any],
@@ -477,9 +502,8 @@ def make_node(op: str, inputs: Sequence[Any], attrs: Mapping[str, Any],
     g = _target_graph(op, inputs, graph)
     d, norm, types = infer_node(op, [v.type for v in inputs], attrs)
     if g is not None:
-        for v in inputs:  # adopt floating constants built outside any graph
-            if v.graph is None and v.producer is not None:
-                g.append(v.producer)
+        for i, v in enumerate(inputs):  # values made without a graph join the first user's
+            adopt(g, v, f"{op}: {_operand_label(op, i)}")
     node = Node(op, inputs, norm, types)
     if g is not None:
         g.append(node)

@@ -1,0 +1,178 @@
+"""resample (a thread per output element) and resample_grad (a gather: a thread per element of
+dX), with every axis' taps computed by the reference's own code and baked into tables.
+
+Shapes are static, so ``gradc.ir.ops.resample.axis_taps`` (SPEC.md §6.1, float32) gives each
+axis' taps at generation time: the kernels read indices and float32 weights (as bit patterns)
+and never recompute a coordinate. resample sums its corners (axis 0 outermost, low tap first)
+from the first term, each weight the float32 product of the axes' weights left to right, as the
+reference does; nearest copies the element's bits. resample_grad adds, for each element of dX,
+the terms of the dY elements whose taps land on it: dY elements in increasing index, and for
+each its taps (corners) in order -- weight-0 and border-clamped repeats included -- from +0:
+the order of the reference's ``np.add.at``, so the sum is bit-identical.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Sequence
+
+import numpy as np
+
+from gradc.ir.ops.resample import all_taps
+
+from gradc.backends.c.ctypes_map import CType, ctype
+from gradc.backends.c.kernel import anchored, ctx_gen
+from gradc.backends.c.scalar import narrow, widen
+from gradc.backends.cuda.kernel import CudaKernel, check_table, coords, row_major, static_shape
+
+
+def _bits(w: np.ndarray) -> list[int]:
+    return [int(b) for b in np.asarray(w, np.float32).view(np.uint32)]
+
+
+def _store(t: CType, acc: str) -> str:
+    """Round an accumulator once to the dtype (int8/uint8: half away from zero, saturate)."""
+    if t.is_float:
+        return narrow(t, acc)
+    lo, hi = (-128, 127) if t.signed else (0, 255)
+    r = f"roundf({acc})"
+    return f"(({t.store})({r} < {lo} ? {lo} : ({r} > {hi} ? {hi} : {r})))"
+
+
+def emit_resample(k: CudaKernel) -> None:
+    """Each output element: its corners' input values (nearest: one, a bit copy)."""
+    n = k.node
+    x, y = n.inputs[0], n.outputs[0]
+    t = ctype(x.type.dtype)
+    xs, ys = static_shape(k, x.type.shape), static_shape(k, y.type.shape)
+    check_table("resample", "axes", max(xs + ys))
+    taps = all_taps(n.attrs, ys, xs)
+    xst = row_major(xs)
+    idx = [[k.table("int64_t", tap[0].tolist()) for tap in axis] for axis in taps]
+    wts = [[k.table("uint32_t", _bits(tap[1])) for tap in axis] for axis in taps]
+    cw = k.code
+    xp, yp = k.param(x), k.param(y)
+    with k.each(_prod(ys)) as i:
+        c = coords(k, y.type.shape, i, "c")
+        if n.attrs["interpolation_mode"] == "nearest":
+            src = " + ".join(f"{idx[a][0]}[{c[a]}] * {xst[a]}" for a in range(len(xs)))
+            cw.line(f"{yp}[{i}] = {xp}[{src}];")
+            return
+        for j, corner in enumerate(itertools.product(*(range(len(ax)) for ax in taps))):
+            ws = [f"gc_bits2f({wts[a][tp]}[{c[a]}])" for a, tp in enumerate(corner)]
+            w = ws[0]
+            for more in ws[1:]:
+                w = f"({w} * {more})"  # float32, rounded each step, left to right
+            src = " + ".join(f"{idx[a][tp]}[{c[a]}] * {xst[a]}" for a, tp in enumerate(corner))
+            term = f"({t.acc}){w} * ({t.acc}){widen(t, f'{xp}[{src}]')}"
+            cw.line(f"{t.acc} acc = {term};" if j == 0 else f"acc = acc + {term};")
+        cw.line(f"{yp}[{i}] = {_store(t, 'acc')};")
+
+
+def _reach(idx: list[np.ndarray], wts: list[np.ndarray], n: int) -> tuple[list[int], ...]:
+    """Per position of dX on one axis: the dY coordinates whose taps land on it (increasing),
+    each with those taps' weights (in tap order). Two-level CSR: groups of a position, then
+    weights of a group."""
+    groups: list[list[tuple[int, list[int]]]] = [[] for _ in range(n)]
+    for c in range(len(idx[0])):
+        for tp in range(len(idx)):
+            e = int(idx[tp][c])
+            g = groups[e]
+            if not g or g[-1][0] != c:
+                g.append((c, []))
+            g[-1][1].append(int(np.float32(wts[tp][c]).view(np.uint32)))
+    gstart, coord, wstart, weight = [0], [], [0], []
+    for g in groups:
+        for c, ws in g:
+            coord.append(c)
+            weight.extend(ws)
+            wstart.append(len(weight))
+        gstart.append(len(coord))
+    return gstart, coord, wstart, weight
+
+
+ONE = 0x3F800000  # the bits of 1.0f
+
+
+def _regular(gstart: list[int], coord: list[int], wstart: list[int],
+             weight: list[int]) -> int:
+    """``c`` when an axis' reach is ``c`` consecutive dY coordinates from ``c * e`` for every
+    dX position ``e``, each with one tap of weight 1 (nearest at an integer scale, and every
+    axis of scale 1), else 0."""
+    n = len(gstart) - 1
+    c = gstart[1] if n else 0
+    ok = (c > 0 and gstart == [c * e for e in range(n + 1)] and coord == list(range(len(coord)))
+          and wstart == list(range(len(wstart))) and all(w == ONE for w in weight))
+    return c if ok else 0
+
+
+def emit_resample_grad(k: CudaKernel) -> None:
+    """Each element of dX: the weighted dY terms landing on it, in canonical order.
+
+    An axis whose reach is regular (``_regular``) loops over its dY coordinates by arithmetic,
+    without tables, and leaves its weight (1.0) out of the product: multiplying by 1 is exact.
+    """
+    an = anchored(k)
+    dy, res = an.operand(0), an.result
+    t = ctype(dy.type.dtype)
+    ys, out = static_shape(k, dy.type.shape), static_shape(k, res.type.shape)
+    check_table("resample_grad", "axes", max(ys + out))
+    taps = all_taps(an.anchor.attrs, ys, out)
+    yst = row_major(ys)
+    tabs: list[tuple[str, str, str, str] | None] = []
+    reg: list[int] = []
+    for a, axis in enumerate(taps):
+        reach = _reach([tp[0] for tp in axis], [tp[1] for tp in axis], out[a])
+        reg.append(_regular(*reach))
+        tabs.append(None if reg[a] else (
+            k.table("int64_t", reach[0]), k.table("int64_t", reach[1]),
+            k.table("int64_t", reach[2]), k.table("uint32_t", reach[3])))
+    r = len(out)
+    cw = k.code
+    with k.each(_prod(out)) as i:
+        c = coords(k, res.type.shape, i, "c")
+        cw.line(f"{t.acc} acc = 0;")
+        heads, ycoord = [], []
+        for a in range(r):
+            tab = tabs[a]
+            if tab is None:
+                lo = f"{c[a]} * {reg[a]}" if reg[a] != 1 else c[a]
+                heads.append(f"for (int64_t g{a} = {lo}; g{a} < {lo} + {reg[a]}; g{a}++)")
+                ycoord.append(f"g{a}")
+            else:
+                heads.append(f"for (int64_t g{a} = {tab[0]}[{c[a]}]; g{a} < {tab[0]}[{c[a]} + "
+                             f"1]; g{a}++)")
+                ycoord.append(f"{tab[1]}[g{a}]")
+        with cw.blocks(heads):
+            flat = " + ".join(f"{ycoord[a]}" + (f" * {yst[a]}" if yst[a] != 1 else "")
+                              for a in range(r))
+            cw.line(f"const int64_t yi = {flat};")
+            pro = ctx_gen(k, dy.type.shape, "yi", an.loads, prefix="a")
+            dv = pro.get(dy)
+            cw.line(*pro.lines, f"const {t.acc} d = ({t.acc}){widen(t, dv)};")
+            weighted = [(a, tab) for a, tab in enumerate(tabs) if tab is not None]
+            theads = [f"for (int64_t h{a} = {tab[2]}[g{a}]; h{a} < {tab[2]}[g{a} + 1]; h{a}++)"
+                      for a, tab in weighted]
+            with cw.blocks(theads) if theads else cw.block():
+                ws = [f"gc_bits2f({tab[3]}[h{a}])" for a, tab in weighted]
+                if ws:
+                    w = ws[0]
+                    for more in ws[1:]:
+                        w = f"({w} * {more})"
+                    cw.line(f"acc += ({t.acc}){w} * d;")
+                else:
+                    cw.line("acc += d;")
+        epi = ctx_gen(k, res.type.shape, i, an.loads, {res: "r"}, prefix="e")
+        value = epi.get(an.out)
+        cw.line(f"const {t.store} r = {narrow(t, 'acc')};", *epi.lines,
+                f"{k.param(an.out)}[{i}] = {value};")
+
+
+def _prod(sizes: Sequence[int]) -> int:
+    n = 1
+    for s in sizes:
+        n *= s
+    return n
+
+
+EMITTERS: dict[str, Any] = {"resample": emit_resample, "resample_grad": emit_resample_grad}
