@@ -83,11 +83,13 @@ def _check_input(c: Checker) -> None:
 
 @register
 class Gelu(OpDef):
-    """``gelu(input, approximation="none")``: x * Phi(x), Phi by erf ("none") or tanh ("tanh")."""
+    """``gelu(input, approximation="none")``: ``x * Phi(x)``, the Gaussian CDF ``Phi`` exact
+    (``erfc(-x/sqrt 2) / 2``, no cancellation for negative x) with ``"none"``, or PyTorch's tanh
+    approximation with ``"tanh"``; evaluated in float64 and rounded once."""
 
     name = "gelu"
     operands = ("input",)
-    attributes = (Attr("approximation", "choice", "none"),)
+    attributes = (Attr("approximation", "choice", "none", APPROXIMATIONS),)
     traits = ELEMENTWISE
     dtypes = F
     transcendental = True
@@ -111,12 +113,13 @@ class Gelu(OpDef):
 
 @register
 class GeluGrad(OpDef):
-    """``gelu_grad(input, input_gradient, approximation="none")``: dY * gelu'(x), the derivative
-    evaluated in float64 and rounded once to ACC, then one multiply by dY."""
+    """``gelu_grad(input, input_gradient, approximation="none")``: ``dY * gelu'(x)``, the
+    derivative (of the erf or tanh form) evaluated in float64 and rounded once to the
+    accumulation dtype, then one multiply by ``dY``."""
 
     name = "gelu_grad"
     operands = ("input", "input_gradient")
-    attributes = (Attr("approximation", "choice", "none"),)
+    attributes = (Attr("approximation", "choice", "none", APPROXIMATIONS),)
     traits = ELEMENTWISE
     dtypes = F
     transcendental = True
@@ -257,6 +260,7 @@ class IsNan(_Unary):
     """``is_nan(input)``: true exactly where the element is NaN (a bool result)."""
 
     name = "is_nan"
+    numerics = "exact"  # a predicate
     nan_from = ()  # bool
 
     def infer(self, c: Checker) -> list[TensorType]:
@@ -267,5 +271,5 @@ class IsNan(_Unary):
         return [np.asarray(np.isnan(x))]
 
     def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
-        """A bool result carries no gradient (§25.3)."""
+        """None: a bool result carries no gradient."""
         return [None]

@@ -79,14 +79,18 @@ def normalized(indices: np.ndarray, size: int) -> np.ndarray:
 # -- ops -------------------------------------------------------------------------------------
 @register
 class Gather(OpDef):
-    """``gather(input, indices, axis=0)``: ``input``'s slices along ``axis`` at ``indices``
-    (ONNX Gather; negative indices count from the end; out of range: InputError) (§26.1)."""
+    """``gather(input, indices, axis=0)``: the slices of ``input`` along ``axis`` at
+    ``indices``, the result's shape ``input.shape[:axis] + indices.shape +
+    input.shape[axis+1:]`` (ONNX Gather, an embedding lookup). A negative index counts from
+    the end; an index outside ``[-size, size)`` raises ``InputError`` when the graph runs,
+    naming the first such index, and nothing is produced (§26.1)."""
 
     name = "gather"
     operands = ("input", "indices")
     attributes = (Attr("axis", "scalar", 0),)
     traits = PURE
     dtypes = ANY
+    numerics = "exact"  # a copy of the selected elements
     nan_from = ("input",)
     raises_input_error = True
 
@@ -120,14 +124,17 @@ class Gather(OpDef):
 
 @register
 class GatherGrad(OpDef):
-    """``gather_grad(input_gradient, indices, output_sizes, axis=0)``: zeros of
-    ``output_sizes``, then each slice of ``input_gradient`` added at its index, in order of
-    occurrence (the adjoint of ``gather``; out of range: InputError) (§26.2)."""
+    """``gather_grad(input_gradient, indices, output_sizes, axis=0)``: the adjoint of
+    ``gather``: zeros of ``output_sizes``, then each slice of ``input_gradient`` added at its
+    index, in increasing position in ``indices`` (so a repeated token id sums its rows in a
+    fixed order, from +0); an index out of range raises ``InputError`` as ``gather`` does
+    (§26.2)."""
 
     name = "gather_grad"
     operands = ("input_gradient", "indices")
     attributes = (Attr("output_sizes", "dims"), Attr("axis", "scalar", 0))
     traits = PURE
+    numerics = "summing"  # repeated indices add in order of occurrence
     dtypes = F
     raises_input_error = True
 

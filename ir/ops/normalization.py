@@ -131,8 +131,12 @@ def _bias_gradient(db: Value, dy: Value, bias: Value, s: Value) -> Value:
 @register
 class MeanVarianceNormalization(OpDef):
     """``mean_variance_normalization(input, scale=None, bias=None, axes=(-1,), use_mean=True,
-    use_variance=True, epsilon=1e-5)``: ``((x - mean) / sqrt(var + eps)) * scale + bias`` over
-    the joint extent of ``axes`` (layer norm; RMS norm with ``use_mean=False``) (§24.1)."""
+    use_variance=True, epsilon=1e-5)``: ``(x - mean) * (1 / sqrt(var + epsilon)) * scale +
+    bias``, the mean and the (biased) variance taken over the joint extent of ``axes`` in the
+    accumulation dtype, in canonical order. Layer normalization (ONNX LayerNormalization);
+    with ``use_mean=False`` and no bias, RMS normalization
+    (``x * (1 / sqrt(mean(x * x) + epsilon))``, as ``torch.nn.RMSNorm``); ``use_variance=False``
+    only subtracts the mean. ``scale`` and ``bias`` broadcast from the right (§24.1)."""
 
     name = "mean_variance_normalization"
     operands = ("input", "scale", "bias")
@@ -141,6 +145,7 @@ class MeanVarianceNormalization(OpDef):
     attributes = ATTRS
     traits = PURE
     dtypes = F
+    numerics = "summing"  # the statistics are sums over each group, in canonical order
 
     def infer(self, c: Checker) -> list[TensorType]:
         rank = check_head(c)
@@ -167,8 +172,9 @@ class MeanVarianceNormalization(OpDef):
         return [np.ascontiguousarray(rounded(y, x.dtype))]
 
     def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
-        """§24.3: mean_variance_normalization_grad(X, dY, scale or ones); d(bias) from its bias
-        gradient where bias has scale's shape (or one it sums to), else from dY."""
+        """mean_variance_normalization_grad(X, dY, scale or ones) gives dX and d(scale);
+        d(bias) is its bias gradient where bias has scale's shape (or one it sums to), else the
+        sum of dY over the axes where bias broadcasts."""
         dy = grads[0]
         count = len(node.inputs)
         if dy is None:
@@ -190,14 +196,19 @@ class MeanVarianceNormalization(OpDef):
 @register
 class MeanVarianceNormalizationGrad(OpDef):
     """``mean_variance_normalization_grad(input, input_gradient, scale, axes=(-1,),
-    use_mean=True, use_variance=True, epsilon=1e-5)``: (dX, dscale, dbias) of §24.1, the
-    statistics recomputed from ``input`` (§24.2)."""
+    use_mean=True, use_variance=True, epsilon=1e-5)``: the three gradients of
+    ``mean_variance_normalization`` with bias: ``dX = inv * (g - mean(g) - z * mean(g * z))``
+    with ``g = dY * scale`` and ``z`` the normalized input (the mean terms dropped with
+    ``use_mean`` / ``use_variance`` False), ``dscale = sum(dY * z)`` and ``dbias = sum(dY)``
+    over the axes where ``scale`` broadcasts; the statistics are recomputed from ``input``
+    (§24.2)."""
 
     name = "mean_variance_normalization_grad"
     operands = ("input", "input_gradient", "scale")
     attributes = ATTRS
     traits = PURE
     dtypes = F
+    numerics = "summing"  # sums over each group and over the broadcast axes
 
     def infer(self, c: Checker) -> list[TensorType]:
         rank = check_head(c)
@@ -232,7 +243,7 @@ class MeanVarianceNormalizationGrad(OpDef):
                 rounded(db, x.dtype)]
 
     def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
-        """No second derivatives (§24.3): UnsupportedError naming the op."""
+        """No second derivatives: UnsupportedError naming the op."""
         if all(g is None for g in grads):
             return [None] * 3
         raise UnsupportedError(f"grad: {self.name}: expected a graph without {self.name} on "

@@ -73,7 +73,10 @@ class Softmax(_Softmax):
 
     def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
         """dX = mul(Y, sub(dY, reduce_sum(mul(dY, Y), axes, keepdims=True))), with the guard's
-        ``Yp`` in place of ``Y`` when §27.2 holds (``guard_of``; ``dY`` is then ``where``'s)."""
+        ``Yp`` in place of ``Y`` when ``Y``'s only float reader is an attention guard
+        ``Yp = where(is_nan(Y) or a row mask, 0, Y)`` (``guard_of``; ``dY`` is then
+        ``where``'s): a fully masked row then gets a zero gradient, as PyTorch's
+        ``_safe_softmax``."""
         (g,) = grads
         if g is None:
             return [None]
