@@ -74,7 +74,7 @@ SUMS_NOTE = {
     "split": "the cuda target with sums=\"split\": long sums into few outputs (batch-norm "
              "statistics and gradients, bias gradients, loss totals; filter gradients and small "
              "convolutions where the cost model expects a gain) added in a fixed tree, within "
-             "SPEC-training.md §9.5's bound, reproducible run to run; every other kernel "
+             "the summing ops' error bound, reproducible run to run; every other kernel "
              "bit-exact (\"reordered kernels\" counts the others)",
     "canonical": "the cuda target with sums=\"canonical\": every sum in the reference's "
                  "canonical order, every result bit-identical to the reference (and the C "
@@ -447,8 +447,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--batches", default="8,64", help="comma-separated batch sizes")
     ap.add_argument("--sums", default="split",
                     help="gradc's summation modes, comma-separated: split (long sums into few "
-                    "outputs in a fixed tree, within SPEC-training §9.5) and/or canonical "
-                    "(bit-identical to the CPU); the first is the one compared")
+                    "outputs in a fixed tree, within the summing ops' error bound) and/or "
+                    "canonical (bit-identical to the CPU); the first is the one compared")
     ap.add_argument("--steps", type=int, default=20, help="timed steps per peer")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps first (>= 1)")
     ap.add_argument("--quick", action="store_true",

@@ -1,12 +1,12 @@
 """``gradc check``: run a graph on every target and compare with the reference target.
 
-The ``numpy`` and ``c`` targets keep the reference's canonical order and roundings, so SPEC.md
-§1.6 expects them to reproduce it bit for bit: their outputs must be identical (a NaN may carry
+The ``numpy`` and ``c`` targets keep the reference's canonical order and roundings, so they are
+expected to reproduce it bit for bit: their outputs must be identical (a NaN may carry
 another payload; every other bit, -0.0 included, must match). Other targets (``onnx``: onnxruntime
 sums in its own order) get a whole-graph tolerance: a graph mixes exact and summing ops, so per
 output the check accepts ``|got - ref| <= 64 * eps(dtype) * max|ref|`` (plus the dtype's smallest
 normal), requires NaN where the reference has NaN and equal infinities. The per-op tests hold
-every target to SPEC.md §1.6's per-op tolerance; this is the end-to-end view.
+every target to its op's own tolerance; this is the end-to-end view.
 Finite differences (``--grad``) are central differences in float64 on a float64 copy of the
 graph, at a few random coordinates of each differentiated input and parameter.
 

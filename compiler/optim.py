@@ -1,4 +1,4 @@
-"""``gradc.optim``: the optimizers a training step applies (SPEC-training.md §19).
+"""``gradc.optim``: the optimizers a training step applies (docs/training.md, "The optimizers").
 
 Each class holds hyperparameters only, checked when it is made, and knows how to write its update
 of one parameter into a graph with the composites of ``gradc.ops`` (``sgd``, ``adam``,
@@ -7,9 +7,9 @@ optimizer state a parameter carries between steps; ``gradc.training_step`` makes
 named ``<param>.<state>``, initialized to zeros.
 
 ``schedule=`` takes ``WarmupLinear`` or ``WarmupCosine`` (transformers' schedules of the same
-shape, SPEC-transformers.md §29.3): the learning rate of update ``k`` is ``lr * factor(k - 1)``,
-computed inside the step graph from its ``step`` input, so an exported ONNX step and a resumed
-Trainer carry the schedule too.
+shape; docs/training.md, "Learning-rate schedules"): the learning rate of update ``k`` is
+``lr * factor(k - 1)``, computed inside the step graph from its ``step`` input, so an exported
+ONNX step and a resumed Trainer carry the schedule too.
 """
 
 from __future__ import annotations

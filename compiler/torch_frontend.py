@@ -99,7 +99,7 @@ def quiet() -> Iterator[None]:
 
 def from_torch(module: Any, args: Any, kwargs: Mapping[str, Any] | None = None,
                dynamic_shapes: Any = None) -> Graph:
-    """The forward of a ``torch.nn.Module`` as a gradc graph (API.md, "Starting from PyTorch").
+    """The forward of a ``torch.nn.Module`` as a gradc graph (README.md, "Start from PyTorch").
 
     Inputs are named after the forward's parameters; parameters and state after the module's
     ``state_dict``; ``torch.export.Dim`` names in ``dynamic_shapes`` become gradc symbols.

@@ -16,7 +16,7 @@ The step graph (docs/training.md) is built in four moves:
    parameters with a forward state update (outputs named ``<param>.next``, ``gradc.ir.state``:
    batch normalization's running statistics) and, for training-mode dropout, ``rng_state``
    (uint32 ``(6,)``: counter 0, key words from ``seed``; the importer's ``rng_state`` input and
-   ``rng_state_out`` output, SPEC-training.md §21). Frozen and unselected parameters are
+   ``rng_state_out`` output). Frozen and unselected parameters are
    constants.
 4. **Update.** The optimizer writes each trained parameter's next value from its gradient
    (``gradc.optim``; a schedule's learning rate is computed once from ``step``); the outputs
@@ -56,7 +56,7 @@ def rng_state_value(seed: int) -> np.ndarray:
 
 
 def check_seed(seed: Any, what: str) -> int:
-    """A seed is an int in [0, 2**64) (the two key words of SPEC-training.md §20.1)."""
+    """A seed is an int in [0, 2**64) (the two key words of the Philox state)."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) \
             or not 0 <= int(seed) < 2**64:
         raise VerifyError(f"{what}: seed: expected an int in [0, 2**64), got {seed!r}")
@@ -80,7 +80,7 @@ class _Plan:
 
     Each entry of ``parameters`` and ``frozen`` is a name or an ``fnmatch`` pattern, matched
     case-sensitively (``fnmatchcase``) against the candidates: the floating-point parameters
-    that the forward graph does not update itself (SPEC-transformers.md §29.4). Trained: the
+    that the forward graph does not update itself (docs/training.md). Trained: the
     candidates some ``parameters`` entry selects (all with ``"all"``), less those some
     ``frozen`` entry selects, in the graph's order."""
 
@@ -284,7 +284,7 @@ def training_step(graph: Graph, optimizer: Any, loss: str | None = None,
 
 def _max_grad_norm(v: Any) -> float | None:
     """None, or a finite float > 0 (zero or a negative value would zero or flip every
-    gradient; PyTorch accepts any: SPEC-transformers.md §29.2's choice)."""
+    gradient; PyTorch accepts any: gradc's choice)."""
     if v is None:
         return None
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer,
@@ -361,7 +361,7 @@ def _step_graph(graph: Graph, g: Graph, names: GradNames, extra: list[Value], pl
         _copy_nodes(g, s, vmap, reserved)
         by_name = {v.name: v for v in g.outputs[1:]}
         grads = [vmap[by_name[names.gradients[p.name]]] for p in plan.trained]
-        if max_grad_norm is not None:  # after the gradients, before the optimizer (§29.2)
+        if max_grad_norm is not None:  # after the gradients, before the optimizer (PyTorch's)
             grads = clip_grad_norm(grads, max_grad_norm)
         lr = optimizer.learning_rate(step)  # a schedule: computed once for every parameter
         nexts: dict[str, Value] = {}

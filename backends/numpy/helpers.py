@@ -61,7 +61,7 @@ def _acc_dtype_source() -> str:
     return (
         f"_ACC = {{\n{rows}}}\n\n\n"
         "def _acc_dtype(dtype):\n"
-        '    """The accumulation type of a tensor dtype (SPEC.md 1.6)."""\n'
+        '    """The accumulation type of a tensor dtype (float32 for float16)."""\n'
         "    return _ACC[np.dtype(dtype).name]\n"
     )
 

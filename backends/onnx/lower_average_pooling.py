@@ -105,8 +105,9 @@ def _axis_taps(op: str, spatial: Sequence[int], out: Sequence[int],
     instead of walked (each axis may keep at most ``MAX_TAPS`` taps in any form)."""
     per = []
     for i in range(len(out)):
-        ks = window_taps(spatial[i], out[i], *(attrs[f][i] for f in (
-            "window_size", "strides", "start_padding", "dilations")), limit=WALK_LIMIT)
+        w, st, sp, d = (attrs[f][i] for f in ("window_size", "strides", "start_padding",
+                                              "dilations"))
+        ks = window_taps(spatial[i], out[i], w, st, sp, d, limit=WALK_LIMIT)
         if ks is None:
             raise UnsupportedError(f"onnx target: {op}: window_size: expected at most "
                                    f"{MAX_TAPS} window taps reaching the input on axis {i}, "

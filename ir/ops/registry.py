@@ -94,7 +94,7 @@ class OpDef:
 
     - ``anchor_operand``: for a gradient op that anchors a fused group, the operand its
       prologue computes (the incoming gradient); its other operands stay body inputs.
-    - ``dtypes``: the dtype table of the first operand (SPEC.md §1.2).
+    - ``dtypes``: the dtype table of the first operand (``common.py``'s tables).
     - ``promote_scalars``: the builder turns a Python or NumPy number operand into a constant
       of the other operand's dtype (``add(x, 1.0)``).
     - ``nan_from``: the operands whose NaNs can reach the result, if the op never makes a NaN
