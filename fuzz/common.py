@@ -90,7 +90,9 @@ def fault_frames(dump: str) -> list[tuple[str, str]]:
     """
     threads: list[list[tuple[str, str]]] = []
     for line in dump.splitlines():
-        if line.startswith(("Thread ", "Current thread ")):
+        # a timeout lists every thread under "Thread 0x..." headers; a fatal signal with
+        # all_threads=False lists the one stack under "Stack (most recent call first):"
+        if line.startswith(("Thread ", "Current thread ", "Stack ")):
             threads.append([])
             continue
         m = _FAULT_FRAME.match(line)
