@@ -14,7 +14,7 @@ AdamW(lr 1e-3, weight_decay 0.01), float32, TF32 off) of:
   ``--sums`` picks the target's summation mode (a comma-separated list runs gradc once per
   mode): ``split`` (the default here: long sums into few outputs -- batch-norm statistics, bias
   gradients, the filter gradients and small convolutions the cost model picks -- added in a
-  fixed tree, within SPEC-training.md §9.5's bound, reproducible) or ``canonical`` (every sum in
+  fixed tree, within the summing ops' error bound, reproducible) or ``canonical`` (every sum in
   the reference's order: bit-identical to the CPU). The report names the mode and, per model,
   how many kernels summed in another order ("reordered");
 - **PyTorch eager**, **torch.compile** and **torch.compile(mode="reduce-overhead")** (CUDA graphs)
