@@ -43,7 +43,6 @@ REFUSED: dict[tuple[str, str, str], str] = {}
 # ``lowerings()`` names only what it lowers, so an op it gains must leave this table (the test
 # fails on a stale entry), and an op added to the registry without a lowering on some target
 # needs an entry here (or in REFUSED) until it has one.
-_CUDA_NEXT = "issue 28 item 4, kernel families still to write for the cuda target: "
 PENDING: dict[tuple[str, str], str] = {
 }
 
