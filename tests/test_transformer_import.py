@@ -429,3 +429,16 @@ def test_a_rewrite_never_reads_an_attribute_of_the_wrong_type():
             n.attribute[0].CopyFrom(oh.make_attribute("axis", b""))
     with pytest.raises(gradc.VerifyError, match="attribute axis"):
         gradc.from_onnx(m)
+
+
+def test_a_rewrite_reads_a_malformed_constant_as_the_importer_does():
+    """fuzz/regressions/onnx (seed 4242): SequenceAt's position, an int64 scalar initializer
+    holding two values, reached NumPy's reshape inside the SplitToSequence rewrite
+    (ValueError); the rewrite reads constants through the importer's tensor reader, which
+    refuses malformed data naming the tensor."""
+    m = _sequence_model(2)
+    (pos,) = [t for t in m.graph.initializer if t.name == "p1"]
+    pos.CopyFrom(numpy_helper.from_array(np.array([0, 1], np.int64), "p1"))
+    del pos.dims[:]  # a scalar's dims with two values
+    with pytest.raises(gradc.VerifyError, match="tensor 'p1'"):
+        gradc.from_onnx(m)

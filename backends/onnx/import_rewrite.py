@@ -24,6 +24,7 @@ import onnx
 from onnx import NodeProto, TypeProto, helper
 
 from gradc.errors import VerifyError
+from gradc.backends.onnx.format import tensor_to_array
 from gradc.backends.onnx.import_node import OnnxNode
 from gradc.backends.onnx.import_schema import check_node
 
@@ -111,7 +112,9 @@ class Rewriter:
                                  if n.op_type == "Constant" and len(n.output) == 1
                                  and len(n.attribute) == 1 and n.attribute[0].name == "value"})
         t = self._consts.get(name)
-        return None if t is None else onnx.numpy_helper.to_array(t)
+        # read as the importer reads initializers: malformed data a VerifyError naming the
+        # tensor, external data never read from a file the model names
+        return None if t is None else tensor_to_array(t, f"tensor {name!r}")
 
     def const_node(self, base: str, value: Any) -> tuple[NodeProto, str]:
         """A ``Constant`` node of an int64 vector, and its output's name."""
