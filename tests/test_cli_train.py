@@ -239,8 +239,10 @@ def test_ctrl_c_leaves_the_last_checkpoint_whole(files):
     cmd = [sys.executable, "-m", "gradc", "train", model, "--data", str(big), "-o", str(out),
            "--loss", "cross_entropy", "--epochs", "100000", "--batch-size", "8", "-t",
            "reference", "--checkpoint", str(ck)]
+    # Ctrl-C's default action in the child even when this run ignores SIGINT (a shell starts a
+    # background job with SIGINT ignored, and Python keeps an ignored SIGINT ignored)
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         cwd=ROOT)
+                         cwd=ROOT, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         line = p.stdout.readline()  # "training ..."
         line = p.stdout.readline()  # the first epoch's line: a checkpoint follows at once
