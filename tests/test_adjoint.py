@@ -114,3 +114,37 @@ def test_max_pooling_grad_second_order_agrees_on_every_target():
     g.output(ops.max_pooling_grad(x, dy, (3, 3), (2, 2), (1, 1), (1, 1)), "dx")
     rows, ok = compare_targets(gradc.grad(g, "all"), ["numpy", "c", "onnx"], {"N": 2})
     assert ok, "\n".join(rows)
+
+
+
+HUGE_WINDOW = """
+import gradc
+from gradc import ops
+from gradc.errors import UnsupportedError
+g = gradc.Graph("huge")
+x = g.input("x", "float16", (2, "N", 3, 2**31))
+dy = g.input("dy", "float16", (2, "N", 3, 1))
+g.output(ops.max_pooling_grad(x, dy, (1, 2**31), (1, 3), (0, 0), (0, 0), (1, 2)), "dx")
+try:
+    gradc.grad(g, ["dy"])
+except UnsupportedError as e:
+    print(e)
+"""
+
+
+def test_max_pooling_grad_second_order_refuses_a_huge_window_before_listing_its_taps():
+    """fuzz/regressions/ir (seed 5151): a window of 2**31 taps over 2**31 input positions
+    listed every tap (MemoryError under the fuzzer's memory limit) before the tap count was
+    compared with its limit; each axis's walk now stops at the limit, and the refusal names
+    the field. Run under a 2 GiB address-space limit, as the fuzzer runs it."""
+    import resource
+    import subprocess
+    import sys
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    r = subprocess.run([sys.executable, "-c", HUGE_WINDOW], capture_output=True, text=True,
+                       preexec_fn=limit, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "window_size: expected at most 4096 window taps" in r.stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -156,14 +157,19 @@ def gather_at_argmax(x: Value, g: Value, attrs: Mapping[str, Any],
     y_nan = make_node("where", [make_node("equal", [y, y], {}), _const(False, x),
                                 _const(True, x)], {})
     spatial = [int(n) for n in x.type.shape[2:]]
+    # each axis's walk is bounded too (a window of 2**31 taps over 2**31 positions would list
+    # them all before the product's count is known)
     per_axis = [window_taps(n, int(o), *(p[f][i] for f in ("window_size", "strides",
-                                                          "start_padding", "dilations")))
+                                                          "start_padding", "dilations")),
+                            limit=MAX_GATHER_TAPS)
                 for i, (n, o) in enumerate(zip(spatial, out))]
-    taps = list(itertools.product(*per_axis))  # type: ignore[arg-type]
-    if len(taps) > MAX_GATHER_TAPS:
+    count = None if None in per_axis else math.prod(len(t) for t in per_axis)  # type: ignore
+    if count is None or count > MAX_GATHER_TAPS:
+        got = f"more than {MAX_GATHER_TAPS} along one axis" if count is None else str(count)
         raise UnsupportedError(f"grad: max_pooling_grad: window_size: expected at most "
                                f"{MAX_GATHER_TAPS} window taps reaching the input for its "
-                               f"gradient, got {len(taps)}")
+                               f"gradient, got {got}")
+    taps = list(itertools.product(*per_axis))  # type: ignore[arg-type]
     acc: Value = _const(0, g)
     for k in reversed(taps):
         xs, pads = _tap(x, k, spatial, out, p)
