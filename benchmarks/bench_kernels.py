@@ -6,7 +6,7 @@
 In one process and on the same arrays, it times gradc's C target, gradc's NumPy target, gradc's
 ONNX export run by onnxruntime, PyTorch eager, torch.compile (when torch is installed) and plain
 NumPy. Each peer's first result is checked against gradc's reference target before it is timed
-(bit for bit where SPEC.md calls the op exact, np.allclose elsewhere). A peer that is not
+(bit for bit where the op is exact, np.allclose elsewhere). A peer that is not
 available (e.g. a gradc target that raises GradcError) shows "n/a" and the run goes on. The
 bandwidth bound of a case is its compulsory traffic (inputs read once, output written once)
 divided by a STREAM triad's bandwidth measured at the same thread count (stream_triad.c,

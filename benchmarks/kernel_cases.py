@@ -35,7 +35,7 @@ class Case:
     name: str
     graph: gradc.Graph
     arrays: dict[str, np.ndarray]
-    exact: bool                      # SPEC.md §1.6: bit-identical results expected
+    exact: bool                      # an exact op: bit-identical results expected
     torch_fn: Callable[..., Any]     # takes torch tensors in graph-input order
     plain_fn: Callable[..., np.ndarray]
     plain_label: str
@@ -111,7 +111,7 @@ def torch_resample_linear(dy):
 
 
 # relu/clip gradients as an integer multiply of dy's bits by the mask: as fast as dy * mask,
-# but bit-exact (+0.0 where masked, never -0.0), as SPEC.md requires of these ops.
+# but bit-exact (+0.0 where masked, never -0.0), as these exact ops require.
 def _keep_where(mask, dy):
     return (dy.view(np.uint32) * mask).view(F32)
 
