@@ -159,9 +159,8 @@ def gather_at_argmax(x: Value, g: Value, attrs: Mapping[str, Any],
     spatial = [int(n) for n in x.type.shape[2:]]
     # each axis's walk is bounded too (a window of 2**31 taps over 2**31 positions would list
     # them all before the product's count is known)
-    per_axis = [window_taps(n, int(o), *(p[f][i] for f in ("window_size", "strides",
-                                                          "start_padding", "dilations")),
-                            limit=MAX_GATHER_TAPS)
+    per_axis = [window_taps(n, int(o), p["window_size"][i], p["strides"][i],
+                            p["start_padding"][i], p["dilations"][i], limit=MAX_GATHER_TAPS)
                 for i, (n, o) in enumerate(zip(spatial, out))]
     count = None if None in per_axis else math.prod(len(t) for t in per_axis)  # type: ignore
     if count is None or count > MAX_GATHER_TAPS:
