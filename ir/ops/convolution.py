@@ -45,7 +45,8 @@ FIELD_NAMES = tuple(a.name for a in FIELDS)
 
 def conv_out_size(n: int, k: int, s: int, d: int, sp: int, ep: int, op: int,
                   direction: str) -> int:
-    """The output size of one spatial axis (SPEC-training.md §10.1)."""
+    """The output size of one spatial axis: forward, how many strides the dilated window fits;
+    backward, the size whose forward output is ``n`` (plus ``op``)."""
     ext = (k - 1) * d + 1
     if direction == "forward":
         return (n + sp + ep - ext) // s + 1

@@ -109,7 +109,7 @@ class Gather(OpDef):
                   indices: np.ndarray) -> list[np.ndarray]:
         axis = attrs["axis"]
         size = x.shape[axis]
-        check_indices("gather", indices, size, "input.shape[axis]")  # §26.3: no output
+        check_indices("gather", indices, size, "input.shape[axis]")  # checked first: no output
         return [np.asarray(np.take(x, normalized(indices, size), axis=axis))]  # a copy: exact
 
     def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:

@@ -92,7 +92,7 @@ def canonical_sum(rows: np.ndarray) -> np.ndarray:
 
 def mvn_rows(rows: np.ndarray, use_mean: bool, use_variance: bool,
              eps: float) -> tuple[np.ndarray, Any]:
-    """§24.1's ``mvn_stats`` for every group at once: ``rows`` is ``(n, groups)`` in ACC (row
+    """``mvn_stats`` for every group at once: ``rows`` is ``(n, groups)`` in ACC (row
     r: the r-th member of each group); returns ``z`` (same layout) and ``inv`` (None when
     ``use_variance`` is False)."""
     a = rows.dtype.type
