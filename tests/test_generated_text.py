@@ -12,6 +12,7 @@ without NVRTC or a GPU.
 
 from __future__ import annotations
 
+import pydoc
 import re
 
 import pytest
@@ -98,3 +99,14 @@ def test_numpy_helpers_of_every_operator_point_nowhere_outside():
         names.add(name)
     assert len(names) > 40
     _assert_self_contained(helpers.helpers_source(names), "the NumPy helpers")
+
+
+def test_public_docstrings_point_nowhere_outside():
+    """What ``help()`` shows of gradc, gradc.ops and gradc.optim (every public name, methods
+    included) stands on its own too."""
+    for module in (gradc, ops, gradc.optim):
+        _assert_self_contained(pydoc.render_doc(module, renderer=pydoc.plaintext),
+                               f"help({module.__name__})")
+        for name in module.__all__:
+            text = pydoc.render_doc(getattr(module, name), renderer=pydoc.plaintext)
+            _assert_self_contained(text, f"help({module.__name__}.{name})")

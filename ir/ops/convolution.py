@@ -119,7 +119,7 @@ def _channels(c: Checker, rank: int, g: int, filter_dims: bool) -> tuple[int, ..
 @register
 class Convolution(OpDef):
     """``convolution(input, filter, bias=None, mode, direction, strides, ...)``: N-d convolution
-    (forward) or its transpose (backward), grouped, with an optional bias (§10.1)."""
+    (forward) or its transpose (backward), grouped, with an optional bias."""
 
     name = "convolution"
     numerics = "summing"
@@ -307,7 +307,7 @@ def filter_grad_sums(it: np.ndarray, other: np.ndarray, attrs: Mapping[str, Any]
 @register
 class ConvolutionFilterGrad(OpDef):
     """``convolution_filter_grad(input, input_gradient, output_sizes, mode, direction, ...)``:
-    the gradient of ``convolution``'s filter (§10.2)."""
+    the gradient of ``convolution``'s filter."""
 
     name = "convolution_filter_grad"
     numerics = "summing"

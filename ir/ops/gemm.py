@@ -29,7 +29,7 @@ def _mk(t: TensorType, flag: bool) -> tuple[Dim, Dim]:
 @register
 class Gemm(OpDef):
     """``gemm(a, b, c=None, trans_a=False, trans_b=False, alpha=1.0, beta=1.0)``:
-    ``alpha * op(a) @ op(b) + beta * c`` over broadcast batch axes (§11.1)."""
+    ``alpha * op(a) @ op(b) + beta * c`` over broadcast batch axes."""
 
     name = "gemm"
     numerics = "summing"
