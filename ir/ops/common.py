@@ -53,7 +53,7 @@ def store(dtype: np.dtype, acc: np.ndarray) -> np.ndarray:
 
 
 def rounded(a: np.ndarray, dtype: Any) -> np.ndarray:
-    """``a`` rounded once to ``dtype``; a value beyond its range is +-inf (as the
-    operations rounding once do), without NumPy's overflow warning."""
+    """``a`` rounded once to ``dtype``; a value beyond its range is +-inf (IEEE
+    rounding to nearest), without NumPy's overflow warning."""
     with np.errstate(over="ignore", invalid="ignore"):
         return a.astype(dtype)

@@ -202,7 +202,7 @@ class Pow(_Unary):
         with np.errstate(all="ignore"):
             y = np.asarray(np.power(x64, e))
             if e == 0.5:
-                # NumPy takes sqrt for a scalar 0.5: C's pow (pow's rule) is +0 at -0, +inf at -inf
+                # NumPy takes sqrt for a scalar 0.5; pow is C's pow: +0 at -0, +inf at -inf
                 y = np.where(x64 == 0, 0.0, np.where(x64 == -np.inf, np.inf, y))
             return [np.asarray(y.astype(x.dtype))]
 
