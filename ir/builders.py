@@ -2,7 +2,7 @@
 
 A builder takes the op's operands, then its attributes by the schema's names and in its order
 (``gradc.ir.ops.registry.Attr``); an omitted attribute (None) takes the schema's default. It
-checks the arguments (SPEC.md checklists), infers the result type and appends the node to the
+checks the arguments (``OpDef.infer``), infers the result type and appends the node to the
 graph of its operands (``gradc.ir.ops.registry.make_node``: operands made without a graph, such
 as a constant built outside ``with graph:``, join it with everything they are computed from,
 ``gradc.ir.core.adopt``); it returns the result value (a tuple for several results). ``gradc.ops``

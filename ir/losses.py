@@ -109,7 +109,7 @@ def _reduce(per: Value, w: Value, reduction: str) -> Value:
 def negative_log_likelihood(input: Value, labels: Value, weights: Value | None = None,
                             reduction: str = "mean", ignore_index: int | None = None,
                             class_axis: int = 1) -> Value:
-    """PyTorch's ``nll_loss`` (ONNX NegativeLogLikelihoodLoss) on log probabilities (§18.2).
+    """PyTorch's ``nll_loss`` (ONNX NegativeLogLikelihoodLoss) on log probabilities.
 
     Classes are on ``class_axis`` (default 1): each element's loss is ``-input[n, labels[n, ...],
     ...]`` times the label's weight; ``"mean"`` divides the sum by the sum of the counted weights.
@@ -157,7 +157,7 @@ def softmax_cross_entropy_parts(scores: Value, labels: Value, weights: Value | N
 def softmax_cross_entropy(scores: Value, labels: Value, weights: Value | None = None,
                           reduction: str = "mean", ignore_index: int | None = None,
                           label_smoothing: float = 0.0, class_axis: int = 1) -> Value:
-    """PyTorch's ``cross_entropy`` with class indices (ONNX SoftmaxCrossEntropyLoss) (§18.3).
+    """PyTorch's ``cross_entropy`` with class indices (ONNX SoftmaxCrossEntropyLoss).
 
     ``negative_log_likelihood`` of ``log_softmax(scores)`` over ``class_axis`` (default 1; ``-1``
     for a language model's ``[N, T, V]`` logits); with ``label_smoothing`` e, the loss mixes it
@@ -169,7 +169,7 @@ def softmax_cross_entropy(scores: Value, labels: Value, weights: Value | None = 
 
 
 def mean_squared_error(input: Value, target: Value, reduction: str = "mean") -> Value:
-    """PyTorch's ``mse_loss`` (§18.4): ``(input - target)**2``, reduced by ``"mean"``, ``"sum"``
+    """PyTorch's ``mse_loss``: ``(input - target)**2``, reduced by ``"mean"``, ``"sum"``
     or ``"none"``."""
     c = ArgCheck("mean_squared_error")
     x = c.floating("input", input, 0, 8)

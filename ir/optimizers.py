@@ -51,7 +51,7 @@ def sgd(parameters: Value, gradient: Value, learning_rate: float | Value,
         momentum_buffer: Value | None = None, training_step: Value | None = None,
         momentum: float = 0.0, dampening: float = 0.0, weight_decay: float = 0.0,
         nesterov: bool = False) -> tuple[Value, Value | None]:
-    """PyTorch's ``SGD`` step (§19.3): ``(output_parameters, output_momentum_buffer or None)``.
+    """PyTorch's ``SGD`` step: ``(output_parameters, output_momentum_buffer or None)``.
 
     ``g = gradient + weight_decay * p``; with momentum, ``b = momentum * b + (1 - dampening) * g``
     (``b = g`` at the first step) and ``g = b`` (``g + momentum * b`` with ``nesterov``); then
@@ -141,7 +141,7 @@ def adam(input_parameters: Value, input_first_moment: Value, input_second_moment
          gradient: Value, training_step: Value, learning_rate: float | Value, beta1: float = 0.9,
          beta2: float = 0.999, epsilon: float = 1e-8,
          weight_decay: float = 0.0) -> tuple[Value, Value, Value]:
-    """PyTorch's ``Adam`` step (§19.2): ``(parameters, first moment, second moment)``.
+    """PyTorch's ``Adam`` step: ``(parameters, first moment, second moment)``.
 
     ``g = gradient + weight_decay * p``; ``m = m + (g - m) * (1 - beta1)``,
     ``v = beta2 * v + (1 - beta2) * g * g``; then, with T the training step,
@@ -155,7 +155,7 @@ def adamw(input_parameters: Value, input_first_moment: Value, input_second_momen
           gradient: Value, training_step: Value, learning_rate: float | Value, beta1: float = 0.9,
           beta2: float = 0.999, epsilon: float = 1e-8,
           weight_decay: float = 0.01) -> tuple[Value, Value, Value]:
-    """PyTorch's ``AdamW`` step (§19.2): ``(parameters, first moment, second moment)``.
+    """PyTorch's ``AdamW`` step: ``(parameters, first moment, second moment)``.
 
     ``adam`` with decoupled weight decay: ``p`` is first multiplied by
     ``1 - learning_rate * weight_decay``, and the gradient is used as it is.

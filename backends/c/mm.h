@@ -7,7 +7,7 @@
  *
  * Every sum starts from +0 and adds one rounded product per k, each addition rounded (the
  * program is compiled with -ffp-contract=off: no FMA), so every element is gemm's canonical
- * sum (SPEC-training.md 11.1); the segmented form is reduce_sum's canonical sum of the
+ * sum (k ascending from +0); the segmented form is reduce_sum's canonical sum of the
  * per-segment products, the first taken as it is (gemm's sum starting from +0 is never -0,
  * so adding it to reduce_sum's first accumulator changes nothing) -- a batched weight gradient
  * and its sum over the batch in one pass, without the batched intermediate.

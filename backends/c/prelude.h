@@ -11,7 +11,7 @@
  *   value (NaN, out of range) of a 32/64-bit conversion gives the most negative value, and
  *   narrower types wrap the 32-bit result (uint32/uint64 subtract 2^31/2^63 first when above).
  * - gc_wrap_*: integer narrowing by wrap-around without implementation-defined conversions.
- * - gc_axis_taps: SPEC.md section 6.1 for one axis, the same float32 operations as
+ * - gc_axis_taps: resample's tap rule for one axis, the same float32 operations as
  *   gradc.ir.ops.resample.axis_taps (compiled with -ffp-contract=off: one rounding each).
  * - The transcendental functions (gc_exp, gc_log, gc_tanh, gc_erf, gc_sin, gc_cos, gc_gelu_*):
  *   transcend.h, which backends/c/prelude.py appends to this header.
@@ -223,7 +223,7 @@ GC_INLINE uint64_t gc_f2u64(double d) {
         : (uint64_t)gc_cvt64(d);
 }
 
-/* SPEC.md section 6.1 for one axis: taps of coordinates 0..nc-1 over an axis of size n.
+/* Resample's tap rule for one axis: taps of coordinates 0..nc-1 over an axis of size n.
    The float32 clamp to f32(n - 1) rounds up to n for some n above 2**24, so indices are
    clamped once more as integers (as resample.coord_taps does): none reaches past the axis. */
 static inline void gc_axis_taps(int64_t nc, int64_t n, float scale, float ipo, float opo,

@@ -9,10 +9,10 @@
  * evaluates in double to within about 1-2 double ulps (erfc's far tail 8), so a
  * float32 or float16 result rounded once from it equals the reference's (float64 function,
  * rounded once) except where the exact value lies within ~1e-16 relative of a rounding
- * boundary; a float64 result is within SPEC-training 9.5's 4 ulps of NumPy's / the C library's
- * (benchmarks/bench_transcendental.py measures both). The polynomials use fused multiply-adds
- * where the machine has them (GC_FMA), so the last bits of a result may differ between machines
- * with and without FMA; the error bounds hold for both.
+ * boundary; a float64 result is within 4 ulps of NumPy's / the C library's (the tolerance of
+ * transcendental functions; benchmarks/bench_transcendental.py measures both). The polynomials
+ * use fused multiply-adds where the machine has them (GC_FMA), so the last bits of a result may
+ * differ between machines with and without FMA; the error bounds hold for both.
  *
  * - gc_exp_core(x, xl) = e^(x + xl) (xl a small correction): k = round(x / ln 2), r = x + xl - k
  *   ln 2 (Cody-Waite, ln 2 in two parts), e^r = 1 + r + r^2 Q(r) (degree 9), times 2^k as two
@@ -29,8 +29,9 @@
  *   (Payne-Hanek: the 53-bit mantissa times a 192-bit window of 2/pi picked by the exponent,
  *   in 32-bit limbs; the window's words are gathered from gc_2opi); fdlibm's sin and cos
  *   kernels on (y0, y1).
- * - gc_gelu_* / gc_gelu_*_slope: SPEC-transformers 25.1-25.2 in double, the operations of
- *   gradc.ir.ops.activation.gelu64 / gelu_slope64 in their order, with gc_erfc and gc_exp.
+ * - gc_gelu_* / gc_gelu_*_slope: gelu (erf and tanh forms) and its derivative in double, the
+ *   operations of gradc.ir.ops.activation.gelu64 / gelu_slope64 in their order, with gc_erfc
+ *   and gc_exp.
  *
  * The fitted constants are derived by benchmarks/fit_transcendental.py (mpmath), which rewrites
  * the block between its markers.
@@ -310,7 +311,7 @@ GC_INLINE double gc_cos(double x) {
   return gc_sel(a < 0x1p-27, 1.0, gc_sel(a < (double)INFINITY, y, x - x));
 }
 
-/* SPEC-transformers 25.1-25.2 in double. The constants are the float64 values of 1/sqrt(2),
+/* gelu (erf and tanh forms) in double. The constants are the float64 values of 1/sqrt(2),
    sqrt(2/pi), 1/sqrt(2 pi) and 3 * 0.044715 (gradc.ir.ops.activation's literals). */
 GC_INLINE double gc_gelu_none(double x) { return x * (0.5 * gc_erfc(-x * 0.7071067811865476)); }
 GC_INLINE double gc_gelu_tanh(double x) {
@@ -343,11 +344,11 @@ GC_INLINE double gc_gelu_tanh_slope(double x) {
  * gc_rowmax_*: the largest of x[0..n) ignoring NaN, in 16 lanes (a vectorized maximum); -inf if
  * no element is above -inf. Which of equal maxima it takes does not show unless the maximum is
  * a zero (+0 and -0 compare equal), so there (and for -inf) the caller takes gc_rowfirst_*:
- * SPEC-training 14.2's selection, the first maximum ignoring NaN (the first element if all are
+ * reduce_max's selection, the first maximum ignoring NaN (the first element if all are
  * NaN), in one pass of comparisons.
  * gc_rowexp_*: y[j] = exp(x[j] - mx) rounded to T (vectorized).
  * gc_rowsums_*: total[r] = the sum of row r of y[0..nr)[0..n) in increasing j from -0.0
- * (17.1's canonical order: one chain of additions per row). GC_ROWS rows at a time advance
+ * (softmax's canonical order: one chain of additions per row). GC_ROWS rows at a time advance
  * their chains together, so the adder's latency is paid once for all of them. */
 #define GC_ROWS 8
 #define GC_DEFINE_ROW(T, SFX)                                                                  \

@@ -24,7 +24,7 @@ X86_NAN = files(__package__).joinpath("x86nan.cuh").read_text(encoding="utf-8")
 HOST_GPU_NAN = files(__package__).joinpath("host_gpunan.h").read_text(encoding="utf-8")
 
 FIRST = "GC_INLINE float gc_bits2f("  # the first numeric helper of the C prelude
-AFTER = "/* SPEC.md section 6.1 for one axis"  # the comment after the last one
+AFTER = "/* Resample's tap rule for one axis"  # the comment after the last one
 
 
 def numeric_helpers(prelude: str = C_PRELUDE) -> str:

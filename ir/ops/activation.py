@@ -45,7 +45,7 @@ def erfc64(x: np.ndarray) -> np.ndarray:
 
 
 def gelu64(x: np.ndarray, approximation: str) -> np.ndarray:
-    """§25.1's ``x * Phi(x)`` in float64: ``erfc(-x/sqrt 2)/2``, or the logistic of ``2u``."""
+    """gelu's ``x * Phi(x)`` in float64: ``erfc(-x/sqrt 2)/2``, or the logistic of ``2u``."""
     with np.errstate(all="ignore"):
         if approximation == "none":
             phi = 0.5 * erfc64(-x * 0.7071067811865476)
@@ -56,7 +56,7 @@ def gelu64(x: np.ndarray, approximation: str) -> np.ndarray:
 
 
 def gelu_slope64(x: np.ndarray, approximation: str) -> np.ndarray:
-    """§25.2's derivative in float64 (PyTorch's ``gelu_backward`` formula); NaN where x is
+    """gelu's derivative in float64 (PyTorch's ``gelu_backward`` formula); NaN where x is
     not finite, and the tanh form's second term 0 where ``p * q`` underflows (no 0 * inf)."""
     with np.errstate(all="ignore"):
         if approximation == "none":

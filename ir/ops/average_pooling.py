@@ -184,7 +184,7 @@ def _taps(spatial: Sequence[int], out: Sequence[int],
 
 def average_pooling_reference(x: np.ndarray, attrs: Mapping[str, Any],
                               out: Sequence[int]) -> np.ndarray:
-    """§13.1: taps summed in row-major order from +0, then one division by the count."""
+    """average_pooling: taps summed in row-major order from +0, then one division by the count."""
     a = acc_dtype(x.dtype)
     spatial = x.shape[2:]
     xa = x.astype(a)
@@ -201,7 +201,7 @@ def average_pooling_reference(x: np.ndarray, attrs: Mapping[str, Any],
 
 def average_pooling_grad_reference(dy: np.ndarray, attrs: Mapping[str, Any],
                                    spatial: Sequence[int]) -> np.ndarray:
-    """§13.2: dY/count added to each tap's position, windows in increasing order."""
+    """average_pooling_grad: dY/count added to each tap's position, windows in increasing order."""
     a = acc_dtype(dy.dtype)
     out = dy.shape[2:]
     acc = np.zeros(dy.shape[:2] + tuple(spatial), a)

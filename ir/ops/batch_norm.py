@@ -98,7 +98,7 @@ def _eps(node: Node, dtype: Any) -> Value:
 @register
 class BatchNormalization(OpDef):
     """``batch_normalization(input, mean, variance, scale, bias, epsilon=1e-5)``:
-    ``scale * ((input - mean) / sqrt(variance + epsilon)) + bias`` (§12.1)."""
+    ``scale * ((input - mean) / sqrt(variance + epsilon)) + bias``."""
 
     name = "batch_normalization"
     numerics = "summing"
@@ -183,7 +183,7 @@ class BatchNormalizationGrad(_StatisticsGrad):
 @register
 class BatchNormalizationTraining(OpDef):
     """``batch_normalization_training(input, scale, bias, epsilon=1e-5)``: normalized with
-    the batch statistics; returns (output, mean, biased variance) (§12.3)."""
+    the batch statistics; returns (output, mean, biased variance)."""
 
     name = "batch_normalization_training"
     numerics = "summing"
@@ -245,7 +245,7 @@ def _add(g: Value | None, term: Value) -> Value:
 @register
 class BatchNormalizationTrainingGrad(_StatisticsGrad):
     """``batch_normalization_training_grad(input, input_gradient, mean, variance, scale,
-    epsilon=1e-5)``: (dX, dscale, dbias) with the statistics depending on input (§12.4)."""
+    epsilon=1e-5)``: (dX, dscale, dbias) with the statistics depending on input."""
 
     name = "batch_normalization_training_grad"
     numerics = "summing"

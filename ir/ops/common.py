@@ -32,7 +32,8 @@ def acc_dtype(dtype: np.dtype) -> type[np.floating]:
 
 
 def lowest(dtype: np.dtype) -> np.generic:
-    """-inf for floats, the minimum for integers (SPEC.md §5.1)."""
+    """-inf for floats, the minimum for integers (max pooling's value for a window with no
+    element inside the input)."""
     dtype = np.dtype(dtype)
     if dtype.kind == "f":
         return dtype.type(-np.inf)
@@ -52,7 +53,7 @@ def store(dtype: np.dtype, acc: np.ndarray) -> np.ndarray:
 
 
 def rounded(a: np.ndarray, dtype: Any) -> np.ndarray:
-    """``a`` rounded once to ``dtype``; a value beyond its range is +-inf (SPEC-training §9.5),
-    without NumPy's overflow warning."""
+    """``a`` rounded once to ``dtype``; a value beyond its range is +-inf (IEEE
+    rounding to nearest), without NumPy's overflow warning."""
     with np.errstate(over="ignore", invalid="ignore"):
         return a.astype(dtype)

@@ -45,7 +45,8 @@ FIELD_NAMES = tuple(a.name for a in FIELDS)
 
 def conv_out_size(n: int, k: int, s: int, d: int, sp: int, ep: int, op: int,
                   direction: str) -> int:
-    """The output size of one spatial axis (SPEC-training.md §10.1)."""
+    """The output size of one spatial axis: forward, how many strides the dilated window fits;
+    backward, the size whose forward output is ``n`` (plus ``op``)."""
     ext = (k - 1) * d + 1
     if direction == "forward":
         return (n + sp + ep - ext) // s + 1
@@ -118,7 +119,7 @@ def _channels(c: Checker, rank: int, g: int, filter_dims: bool) -> tuple[int, ..
 @register
 class Convolution(OpDef):
     """``convolution(input, filter, bias=None, mode, direction, strides, ...)``: N-d convolution
-    (forward) or its transpose (backward), grouped, with an optional bias (§10.1)."""
+    (forward) or its transpose (backward), grouped, with an optional bias."""
 
     name = "convolution"
     numerics = "summing"
@@ -306,7 +307,7 @@ def filter_grad_sums(it: np.ndarray, other: np.ndarray, attrs: Mapping[str, Any]
 @register
 class ConvolutionFilterGrad(OpDef):
     """``convolution_filter_grad(input, input_gradient, output_sizes, mode, direction, ...)``:
-    the gradient of ``convolution``'s filter (§10.2)."""
+    the gradient of ``convolution``'s filter."""
 
     name = "convolution_filter_grad"
     numerics = "summing"

@@ -61,7 +61,7 @@ def scalar_const(v: float, dtype: DType) -> Value:
 
 
 def transcendental(x: np.ndarray, fn: Any) -> np.ndarray:
-    """``fn`` evaluated in float64 on the widened input, rounded once to x's dtype (§9.5)."""
+    """``fn`` evaluated in float64 on the widened input, rounded once to x's dtype."""
     with np.errstate(all="ignore"):
         return np.asarray(fn(x.astype(np.float64))).astype(x.dtype)
 
@@ -202,7 +202,7 @@ class Pow(_Unary):
         with np.errstate(all="ignore"):
             y = np.asarray(np.power(x64, e))
             if e == 0.5:
-                # NumPy takes sqrt for a scalar 0.5: C's pow (§16.2) is +0 at -0, +inf at -inf
+                # NumPy takes sqrt for a scalar 0.5; pow is C's pow: +0 at -0, +inf at -inf
                 y = np.where(x64 == 0, 0.0, np.where(x64 == -np.inf, np.inf, y))
             return [np.asarray(y.astype(x.dtype))]
 

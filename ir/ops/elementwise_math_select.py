@@ -191,7 +191,7 @@ class LessEqual(_Compare):
 
 @register
 class Where(OpDef):
-    """``where(condition, a, b)``: a where condition, else b; all three broadcast (§16.4)."""
+    """``where(condition, a, b)``: a where condition, else b; all three broadcast."""
 
     name = "where"
     numerics = "exact"

@@ -83,7 +83,7 @@ class Gather(OpDef):
     ``indices``, the result's shape ``input.shape[:axis] + indices.shape +
     input.shape[axis+1:]`` (ONNX Gather, an embedding lookup). A negative index counts from
     the end; an index outside ``[-size, size)`` raises ``InputError`` when the graph runs,
-    naming the first such index, and nothing is produced (§26.1)."""
+    naming the first such index, and nothing is produced."""
 
     name = "gather"
     operands = ("input", "indices")
@@ -109,7 +109,7 @@ class Gather(OpDef):
                   indices: np.ndarray) -> list[np.ndarray]:
         axis = attrs["axis"]
         size = x.shape[axis]
-        check_indices("gather", indices, size, "input.shape[axis]")  # §26.3: no output
+        check_indices("gather", indices, size, "input.shape[axis]")  # checked first: no output
         return [np.asarray(np.take(x, normalized(indices, size), axis=axis))]  # a copy: exact
 
     def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:
@@ -127,8 +127,7 @@ class GatherGrad(OpDef):
     """``gather_grad(input_gradient, indices, output_sizes, axis=0)``: the adjoint of
     ``gather``: zeros of ``output_sizes``, then each slice of ``input_gradient`` added at its
     index, in increasing position in ``indices`` (so a repeated token id sums its rows in a
-    fixed order, from +0); an index out of range raises ``InputError`` as ``gather`` does
-    (§26.2)."""
+    fixed order, from +0); an index out of range raises ``InputError`` as ``gather`` does."""
 
     name = "gather_grad"
     operands = ("input_gradient", "indices")

@@ -29,7 +29,7 @@ def _mk(t: TensorType, flag: bool) -> tuple[Dim, Dim]:
 @register
 class Gemm(OpDef):
     """``gemm(a, b, c=None, trans_a=False, trans_b=False, alpha=1.0, beta=1.0)``:
-    ``alpha * op(a) @ op(b) + beta * c`` over broadcast batch axes (§11.1)."""
+    ``alpha * op(a) @ op(b) + beta * c`` over broadcast batch axes."""
 
     name = "gemm"
     numerics = "summing"
@@ -116,7 +116,8 @@ def _gemm(a: Value, b: Value, trans_a: bool, trans_b: bool, alpha: float) -> Val
 
 def gemm_reference(a: np.ndarray, b: np.ndarray, c: np.ndarray | None, trans_a: bool,
                    trans_b: bool, alpha: float, beta: float) -> np.ndarray:
-    """§11.1's gemm, k ascending, each operation rounded in ACC, vectorized over (batch, m, n)."""
+    """gemm in its canonical order: k ascending, each operation rounded in ACC, vectorized over
+    (batch, m, n)."""
     acc_t = acc_dtype(a.dtype)
     A, B = a.astype(acc_t), b.astype(acc_t)  # widening is exact
     if trans_a:

@@ -92,7 +92,7 @@ def canonical_sum(rows: np.ndarray) -> np.ndarray:
 
 def mvn_rows(rows: np.ndarray, use_mean: bool, use_variance: bool,
              eps: float) -> tuple[np.ndarray, Any]:
-    """§24.1's ``mvn_stats`` for every group at once: ``rows`` is ``(n, groups)`` in ACC (row
+    """``mvn_stats`` for every group at once: ``rows`` is ``(n, groups)`` in ACC (row
     r: the r-th member of each group); returns ``z`` (same layout) and ``inv`` (None when
     ``use_variance`` is False)."""
     a = rows.dtype.type
@@ -136,7 +136,7 @@ class MeanVarianceNormalization(OpDef):
     accumulation dtype, in canonical order. Layer normalization (ONNX LayerNormalization);
     with ``use_mean=False`` and no bias, RMS normalization
     (``x * (1 / sqrt(mean(x * x) + epsilon))``, as ``torch.nn.RMSNorm``); ``use_variance=False``
-    only subtracts the mean. ``scale`` and ``bias`` broadcast from the right (§24.1)."""
+    only subtracts the mean. ``scale`` and ``bias`` broadcast from the right."""
 
     name = "mean_variance_normalization"
     operands = ("input", "scale", "bias")
@@ -200,8 +200,7 @@ class MeanVarianceNormalizationGrad(OpDef):
     ``mean_variance_normalization`` with bias: ``dX = inv * (g - mean(g) - z * mean(g * z))``
     with ``g = dY * scale`` and ``z`` the normalized input (the mean terms dropped with
     ``use_mean`` / ``use_variance`` False), ``dscale = sum(dY * z)`` and ``dbias = sum(dY)``
-    over the axes where ``scale`` broadcasts; the statistics are recomputed from ``input``
-    (§24.2)."""
+    over the axes where ``scale`` broadcasts; the statistics are recomputed from ``input``."""
 
     name = "mean_variance_normalization_grad"
     operands = ("input", "input_gradient", "scale")

@@ -237,7 +237,7 @@ def window_taps(n: int, out: int, w: int, s: int, sp: int, d: int,
     """The taps ``0 <= k < w`` of one spatial axis (increasing) that land inside the input for
     at least one output coordinate ``0 <= o < out``.
 
-    Only they can be candidates (padding never is, SPEC.md §5.1), so a window visits them alone
+    Only they can be candidates (padding never is), so a window visits them alone
     and the work is bounded by the tensors' sizes whatever the attributes (a window of 2**40
     taps over an 8-element axis has at most 8 that matter). The search walks the candidate taps
     or the output coordinates, whichever are fewer; with ``limit`` (a compile-time budget) it

@@ -68,7 +68,7 @@ def result_shape(shape: Sequence[int], axes: Sequence[int], keepdims: bool) -> t
 
 
 def select_index(rows: np.ndarray, largest: bool) -> np.ndarray:
-    """§14.2's ``select`` per column: the first extreme, NaN only when every element is NaN."""
+    """``select`` per column: the first extreme, NaN only when every element is NaN."""
     if rows.dtype.kind != "f":
         return np.argmax(rows, axis=0) if largest else np.argmin(rows, axis=0)
     nan = np.isnan(rows)

@@ -88,9 +88,9 @@ class OpDef:
 
     Subclasses set ``name``, ``operands``, ``attributes`` (the schema, in argument order: the
     builders, the printer and the checks read it) and ``traits``, and implement ``infer``
-    (checks the arguments in SPEC.md's checklist order, normalizes attributes, returns result
-    types) and ``reference`` (NumPy arrays in, list of arrays out). ``vjp`` builds the gradient
-    nodes. Roles that generic code asks instead of comparing op names:
+    (checks the arguments, raising at the first that is wrong, normalizes attributes, returns
+    result types) and ``reference`` (NumPy arrays in, list of arrays out). ``vjp`` builds the
+    gradient nodes. Roles that generic code asks instead of comparing op names:
 
     - ``anchor_operand``: for a gradient op that anchors a fused group, the operand its
       prologue computes (the incoming gradient); its other operands stay body inputs.

@@ -39,7 +39,8 @@ def default_size(n: int, scale: float) -> int:
 
 def axis_taps(n_coords: int, n: int, scale: float, ipo: float, opo: float, mode: str,
               rounding: str) -> list[Tap]:
-    """The taps of one axis for coordinates 0..n_coords-1 over an axis of size n (§6.1).
+    """The taps of one axis for coordinates 0..n_coords-1 over an axis of size n
+    (resample's tap rule, in float32).
 
     Work and memory are proportional to ``n_coords``: callers that run at compile time keep it
     within a budget (``axis_is_identity`` chunks; the C and ONNX targets compute big axes' taps
@@ -52,8 +53,8 @@ def coord_taps(o: np.ndarray, n: int, scale: float, ipo: float, opo: float, mode
                rounding: str) -> list[Tap]:
     """``axis_taps`` for the float32 coordinates ``o`` (each an integer rounded to float32).
 
-    Overflow to +-inf (a tiny scale, offsets near the float32 limit) is part of the float32
-    semantics of §6.1, so NumPy is told not to warn about it; the clamps make every index finite.
+    Overflow to +-inf (a tiny scale, offsets near the float32 limit) is part of the tap rule's
+    float32 semantics, so NumPy is told not to warn about it; the clamps make every index finite.
     ``hi = f32(n - 1)`` rounds up to ``n`` for some sizes above 2**24; the indices are clamped
     once more as integers, so they always lie in [0, n-1] (the C and ONNX targets do the same).
     """
@@ -180,7 +181,7 @@ class Resample(OpDef):
         a = acc_dtype(x.dtype)
         rank = x.ndim
         acc: np.ndarray | None = None
-        # 0 * inf = NaN, overflow to inf and float16 rounding to inf are SPEC'd (§1.6): no warning
+        # 0 * inf = NaN, overflow to inf and float16 rounding to inf are defined: no warning
         with np.errstate(invalid="ignore", over="ignore"):
             for corner in itertools.product(*taps):  # axis 0 outermost, low tap first
                 w = corner[0][1].reshape(_bshape(rank, 0))
@@ -243,7 +244,7 @@ class ResampleGrad(OpDef):
             # can never be -0, so dropping the taps that are 0 on a whole axis changes no bit.
             taps = [[t for t in ts if t[1].any()] or ts[:1] for ts in taps]
         scatter_canonical(acc, dy.astype(a), taps, out)
-        with np.errstate(over="ignore"):  # float16 rounding to inf is SPEC'd
+        with np.errstate(over="ignore"):  # float16 rounding to inf is defined
             return [acc.reshape(out).astype(dy.dtype, copy=False)]
 
     def vjp(self, node: Node, grads: Sequence[Value | None]) -> list[Value | None]:

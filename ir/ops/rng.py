@@ -21,7 +21,7 @@ PHILOX_TYPES = ("philox_4x32_10",)
 
 
 def philox_generate(state: np.ndarray, out_sizes: Sequence[int]) -> list[np.ndarray]:
-    """(bits of shape ``out_sizes``, next state): SPEC's ``random_generator``, vectorized.
+    """(bits of shape ``out_sizes``, next state): ``random_generator``'s reference, vectorized.
 
     The blocks are computed with uint64 arrays (32x32 -> 64-bit products are exact there);
     each block's counter is ``ctr + b`` with the carry out of the low 64 bits.

@@ -33,7 +33,7 @@ from gradc.ir.types import TensorType
 
 
 def softmax_rows(x: np.ndarray, axes: Sequence[int], log: bool) -> np.ndarray:
-    """§17.1's reference, vectorized over the groups (each member in canonical order)."""
+    """softmax's reference, vectorized over the groups (each member in canonical order)."""
     acc = np.float64 if x.dtype == np.float64 else np.float32
     rows = group_rows(x, axes).astype(acc)
     with np.errstate(all="ignore"):
