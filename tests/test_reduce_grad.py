@@ -118,13 +118,17 @@ def test_training_graph_through_the_default_passes_on_every_target():
     m = ops.reduce_max(ops.softmax(ops.mul(h, h), (2,)), (0, 2))
     g.output(ops.add(loss, ops.reduce_sum(m)), "loss")
     t = gradc.grad(g, wrt=["x"])
-    xs = RNG.standard_normal((5, 3, 4)).astype(np.float32)
+    # its own generator: the data must not depend on which tests ran before (without torch,
+    # the module's RNG reaches this test in another state)
+    xs = np.random.default_rng(7).standard_normal((5, 3, 4)).astype(np.float32)
     feeds = {"x": xs, "grad_loss": np.float32(1)}
     ref = gradc.compile(t, target="reference", passes=None)(**feeds)
     for target in ("numpy", "c", "onnx"):
         got = gradc.compile(t, target=target)(**feeds)
         for k in ref:
-            if target == "onnx":
-                np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-7)
+            if target == "onnx":  # onnxruntime's exp and log are not correctly rounded, and
+                # the softmax VJP cancels terms of order 1 to results of order 0.06: held to
+                # the terms' scale (over 300 seeds the largest error was 2.4e-6)
+                np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-5)
             else:
                 assert got[k].tobytes() == ref[k].tobytes(), (target, k)
