@@ -128,6 +128,19 @@ def test_expand_to_the_same_shape_is_an_alias():
     assert [n.op for n in gradc.from_onnx(m).nodes] == ["neg"]
 
 
+@pytest.mark.parametrize("shape,error,match", [
+    ([2, -3], gradc.VerifyError, r"input shape: expected dims of at least 0, got \[2, -3\]"),
+    ([2, 0], gradc.UnsupportedError, "has a dim of 0"),
+])
+def test_expand_to_a_negative_or_zero_dim_is_refused_naming_it(shape, error, match):
+    """fuzz/regressions/onnx (seed 8181): an Expand whose shape held a negative dim reached
+    NumPy (ValueError: negative dimensions) while the importer built the target's shape."""
+    m = make([oh.make_node("Expand", ["x", "s"], ["y"])], {"x": (F32, [2, 1])}, {"y": F32},
+             {"s": np.array(shape, np.int64)})
+    with pytest.raises(error, match=match):
+        gradc.from_onnx(m)
+
+
 def test_a_float_initializer_scaling_a_shape_folds():
     nodes = [oh.make_node("Shape", ["x"], ["s"]),
              oh.make_node("Cast", ["s"], ["f"], to=TP.FLOAT),

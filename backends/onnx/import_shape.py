@@ -435,6 +435,11 @@ def _expand(n: OnnxNode, ctx: Context) -> list[Produced]:
     dims = ctx.dims(n, 1, "shape")
     if dims is None:
         raise VerifyError("input shape: expected a value (required input), got none")
+    if any(isinstance(d, int) and d < 0 for d in dims):  # a 1 broadcasts, -1 is no dim here
+        raise VerifyError(f"input shape: expected dims of at least 0, got {list(dims)}")
+    if any(d == 0 for d in dims):
+        raise UnsupportedError(f"input shape: shape {tuple(dims)} has a dim of 0 (gradc has "
+                               "no empty tensors)")
     target = _broadcast_dims(x.type.shape, dims)
     if tuple(target) == x.type.shape:
         return [x]  # an alias, as Identity
