@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -71,6 +72,25 @@ def test_help_for_each_subcommand():
     for sub in ["verify", "print", "run", "grad", "compile", "show", "check", "examples"]:
         r = gradc_cmd(sub, "--help")
         assert r.returncode == 0 and "usage: gradc" in r.stdout
+
+
+def test_check_grad_leaves_out_values_no_gradient_reaches_by_definition(tmp_path, capsys):
+    """Fuzz finding (cli harness, seed 9191): adam_optimizer's operands get no gradient by
+    definition, so a finite difference through its results measured what the gradient leaves
+    out (MISMATCH, exit 1); such values are listed as not compared, and a value with a real
+    path is still compared."""
+    path = tmp_path / "g.ir"
+    path.write_text(
+        "graph g(%p: f32[2], %d: f32[2], %s: i64[1], %x: f32[3]) {\n"
+        "  %q, %m, %v = adam_optimizer(%p, %p, %p, %d, %s) {learning_rate = 0.5, "
+        "beta1 = 0.9, beta2 = 0.999, epsilon = 0.001} : f32[2], f32[2], f32[2]\n"
+        "  %y = mul(%x, %x) : f32[3]\n"
+        "  return %q, %y\n}\n")
+    assert main(["check", str(path), "--grad"]) == 0
+    out = capsys.readouterr().out
+    assert "MISMATCH" not in out
+    assert re.search(r"grad_p +- +not compared", out) and re.search(r"grad_d +- +not compared", out)
+    assert re.search(r"grad_x +max \|diff\| \S+ +ok", out)
 
 
 def test_check_grad_skips_points_where_the_function_is_not_finite(tmp_path, capsys):
