@@ -48,7 +48,7 @@ SHARED_BACKEND = "reference"  # gradc.backends.reference, even as a package, ser
 # compiler or runtime); the C target imports nothing of cuda.
 C_TEXT = frozenset(f"gradc.backends.c.{m}" for m in ("writer", "ctypes_map", "scalar",
                                                      "elementwise_math", "activation", "kernel",
-                                                     "prelude"))
+                                                     "prelude", "average_window"))
 BUILDS_ON = {"cuda": C_TEXT}
 
 

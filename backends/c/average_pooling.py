@@ -17,46 +17,14 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+from gradc.backends.c.average_window import KEYS, check_bounds, tap_range
 from gradc.backends.c.ctypes_map import ctype
 from gradc.backends.c.kernel import Kernel, omp_for
 from gradc.backends.c.scalar import narrow, widen
 from gradc.backends.c.writer import CWriter
-from gradc.errors import UnsupportedError
-
-BOUND = 2 ** 62
-KEYS = ("window_size", "strides", "start_padding", "end_padding", "dilations")
-
 
 def _strides(shape: Sequence[int]) -> list[int]:
     return [math.prod(shape[i + 1:]) for i in range(len(shape))]
-
-
-def _check(op: str, spatial: Sequence[int], out: Sequence[int], attrs: Any) -> None:
-    """UnsupportedError unless every run-time position and count fits int64 exactly."""
-    count = 1
-    for i, (n, o) in enumerate(zip(spatial, out)):
-        w, s, sp, ep, d = (attrs[k][i] for k in KEYS)
-        reach = (o + 1) * s + sp + ep + n + (w + 1) * d + 2
-        count *= min(w, (n + sp + ep) // d + 2)
-        if reach >= BOUND or count >= BOUND:
-            raise UnsupportedError(
-                f"c target: {op}: window_size/strides/padding/dilations: expected positions "
-                f"and window counts below 2**62 on spatial axis {i}, got window {w}, stride "
-                f"{s}, padding {sp}/{ep}, dilation {d}")
-
-
-def _count(cw: CWriter, i: int, n: int, attrs: Any, o: str, inside: bool) -> None:
-    """``klo{i}..khi{i}``: the taps of window ``o`` on axis i inside the input (``inside``),
-    or inside the padded extent; ``t{i}``: the window's first position."""
-    w, s, sp, ep, d = (attrs[k][i] for k in KEYS)
-    lo, hi = (0, n) if inside else (-sp, n + ep)
-    sfx = "" if inside else "p"
-    cw.line(f"const int64_t t{sfx}{i} = {o} * {s} - {sp};",
-            f"const int64_t klo{sfx}{i} = t{sfx}{i} >= {lo} ? 0 : "
-            f"({lo} - t{sfx}{i} + {d - 1}) / {d};",
-            f"int64_t khi{sfx}{i} = {hi - 1} - t{sfx}{i} < 0 ? -1 : "
-            f"({hi - 1} - t{sfx}{i}) / {d};",
-            f"if (khi{sfx}{i} > {w - 1}) khi{sfx}{i} = {w - 1};")
 
 
 def _window_count(cw: CWriter, spatial: Sequence[int], attrs: Any, o: Sequence[str]) -> None:
@@ -66,7 +34,7 @@ def _window_count(cw: CWriter, spatial: Sequence[int], attrs: Any, o: Sequence[s
     cw.line("int64_t cnt = 1;")
     for i, n in enumerate(spatial):
         if not inside:
-            _count(cw, i, n, attrs, o[i], False)
+            tap_range(cw, i, n, attrs, o[i], False)
         cw.line(f"cnt *= khi{sfx}{i} >= klo{sfx}{i} ? khi{sfx}{i} - klo{sfx}{i} + 1 : 0;")
 
 
@@ -77,7 +45,7 @@ def emit_average_pooling(k: Kernel) -> None:
     t = ctype(x.type.dtype)
     spatial = [int(v) for v in x.type.shape[2:]]
     out = [int(v) for v in y.type.shape[2:]]
-    _check("average_pooling", spatial, out, attrs)
+    check_bounds("c", "average_pooling", spatial, out, attrs)
     nd = len(spatial)
     xst, ost = _strides(spatial), _strides(out)
     px, py = k.param(x), k.param(y)
@@ -90,7 +58,7 @@ def emit_average_pooling(k: Kernel) -> None:
                 f"const {t.store} *xp = {px} + p * {math.prod(spatial)};")
         for i in range(nd):
             cw.line(f"const int64_t o{i} = r / {ost[i]} % {out[i]};")
-            _count(cw, i, spatial[i], attrs, f"o{i}", True)
+            tap_range(cw, i, spatial[i], attrs, f"o{i}", True)
         cw.line(f"{t.acc} acc = 0;")
         blocks = []
         for i in range(nd):
@@ -114,7 +82,7 @@ def emit_average_pooling_grad(k: Kernel) -> None:
     t = ctype(dy.type.dtype)
     spatial = [int(v) for v in dx.type.shape[2:]]
     out = [int(v) for v in dy.type.shape[2:]]
-    _check("average_pooling_grad", spatial, out, attrs)
+    check_bounds("c", "average_pooling_grad", spatial, out, attrs)
     nd = len(spatial)
     xst, ost = _strides(spatial), _strides(out)
     pdy, pdx = k.param(dy), k.param(dx)
@@ -153,7 +121,7 @@ def _window_count_inner(cw: CWriter, spatial: Sequence[int], attrs: Any, nd: int
     """``cnt`` of window ``o0..`` inside the grad's loops (the inside ranges computed here)."""
     if not attrs["include_padding"]:
         for i in range(nd):
-            _count(cw, i, spatial[i], attrs, f"o{i}", True)
+            tap_range(cw, i, spatial[i], attrs, f"o{i}", True)
     _window_count(cw, spatial, attrs, [f"o{i}" for i in range(nd)])
 
 

@@ -17,51 +17,14 @@ a position or a count could reach 2**62.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
-from gradc.errors import UnsupportedError
-
+from gradc.backends.c.average_window import KEYS, check_bounds, tap_range
 from gradc.backends.c.ctypes_map import ctype
 from gradc.backends.c.scalar import narrow, widen
 from gradc.backends.c.writer import CWriter
 from gradc.backends.cuda.kernel import CudaKernel, row_major, static_shape
-
-BOUND = 2 ** 62
-KEYS = ("window_size", "strides", "start_padding", "end_padding", "dilations")
-
-
-def _prod(sizes: Sequence[int]) -> int:
-    n = 1
-    for s in sizes:
-        n *= s
-    return n
-
-
-def _check(op: str, spatial: Sequence[int], out: Sequence[int], attrs: Any) -> None:
-    """UnsupportedError unless every run-time position and count fits int64 exactly."""
-    count = 1
-    for i, (n, o) in enumerate(zip(spatial, out)):
-        w, s, sp, ep, d = (attrs[k][i] for k in KEYS)
-        reach = (o + 1) * s + sp + ep + n + (w + 1) * d + 2
-        count *= min(w, (n + sp + ep) // d + 2)
-        if reach >= BOUND or count >= BOUND:
-            raise UnsupportedError(
-                f"cuda target: {op}: window_size/strides/padding/dilations: expected positions "
-                f"and window counts below 2**62 on spatial axis {i}, got window {w}, stride "
-                f"{s}, padding {sp}/{ep}, dilation {d}")
-
-
-def _taps(cw: CWriter, i: int, n: int, attrs: Any, o: str, inside: bool) -> None:
-    """``klo{i}..khi{i}``: the taps of window ``o`` on axis i inside the input (``inside``),
-    or inside the padded extent (suffix ``p``); ``t{i}``: the window's first position."""
-    w, s, sp, ep, d = (attrs[k][i] for k in KEYS)
-    lo, hi = (0, n) if inside else (-sp, n + ep)
-    x = "" if inside else "p"
-    cw.line(f"const int64_t t{x}{i} = {o} * {s} - {sp};",
-            f"const int64_t klo{x}{i} = t{x}{i} >= {lo} ? 0 : ({lo} - t{x}{i} + {d - 1}) / {d};",
-            f"int64_t khi{x}{i} = {hi - 1} - t{x}{i} < 0 ? -1 : ({hi - 1} - t{x}{i}) / {d};",
-            f"if (khi{x}{i} > {w - 1}) khi{x}{i} = {w - 1};")
-
 
 def _count(cw: CWriter, spatial: Sequence[int], attrs: Any, o: Sequence[str],
            have_inside: bool) -> None:
@@ -72,7 +35,7 @@ def _count(cw: CWriter, spatial: Sequence[int], attrs: Any, o: Sequence[str],
     cw.line("int64_t cnt = 1;")
     for i, n in enumerate(spatial):
         if not (inside and have_inside):
-            _taps(cw, i, n, attrs, o[i], inside)
+            tap_range(cw, i, n, attrs, o[i], inside)
         cw.line(f"cnt *= khi{x}{i} >= klo{x}{i} ? khi{x}{i} - klo{x}{i} + 1 : 0;")
 
 
@@ -83,17 +46,18 @@ def emit_average_pooling(k: CudaKernel) -> None:
     t = ctype(x.type.dtype)
     xs, ys = static_shape(k, x.type.shape), static_shape(k, y.type.shape)
     spatial, out = xs[2:], ys[2:]
-    _check("average_pooling", spatial, out, attrs)
+    check_bounds("cuda", "average_pooling", spatial, out, attrs)
     nd = len(spatial)
     xst, ost = row_major(spatial), row_major(out)
     px, py = k.param(x), k.param(y)
     cw = k.code
-    with k.each(_prod(ys)) as e:
-        cw.line(f"const int64_t pl = {e} / {_prod(out)};", f"const int64_t r = {e} % {_prod(out)};",
-                f"const {t.store} *xp = {px} + pl * {_prod(spatial)};")
+    with k.each(math.prod(ys)) as e:
+        cw.line(f"const int64_t pl = {e} / {math.prod(out)};",
+                f"const int64_t r = {e} % {math.prod(out)};",
+                f"const {t.store} *xp = {px} + pl * {math.prod(spatial)};")
         for i in range(nd):
             cw.line(f"const int64_t o{i} = r / {ost[i]} % {out[i]};")
-            _taps(cw, i, spatial[i], attrs, f"o{i}", True)
+            tap_range(cw, i, spatial[i], attrs, f"o{i}", True)
         cw.line(f"{t.acc} acc = 0;")
         heads = [f"for (int64_t k{i} = klo{i}; k{i} <= khi{i}; k{i}++)" for i in range(nd)]
         with cw.blocks(heads):
@@ -112,15 +76,15 @@ def emit_average_pooling_grad(k: CudaKernel) -> None:
     t = ctype(dy.type.dtype)
     gs, xs = static_shape(k, dy.type.shape), static_shape(k, dx.type.shape)
     spatial, out = xs[2:], gs[2:]
-    _check("average_pooling_grad", spatial, out, attrs)
+    check_bounds("cuda", "average_pooling_grad", spatial, out, attrs)
     nd = len(spatial)
     xst, ost = row_major(spatial), row_major(out)
     pdy, pdx = k.param(dy), k.param(dx)
     cw = k.code
-    with k.each(_prod(xs)) as e:
-        cw.line(f"const int64_t pl = {e} / {_prod(spatial)};",
-                f"const int64_t r = {e} % {_prod(spatial)};",
-                f"const {t.store} *gp = {pdy} + pl * {_prod(out)};")
+    with k.each(math.prod(xs)) as e:
+        cw.line(f"const int64_t pl = {e} / {math.prod(spatial)};",
+                f"const int64_t r = {e} % {math.prod(spatial)};",
+                f"const {t.store} *gp = {pdy} + pl * {math.prod(out)};")
         for i in range(nd):
             w, s, sp, _, d = (attrs[f][i] for f in KEYS)
             cw.line(f"const int64_t x{i} = r / {xst[i]} % {spatial[i]} + {sp};",
