@@ -236,8 +236,11 @@ def test_every_launch_after_the_first_check_stops_on_its_record():
 
 
 def test_the_record_describes_like_the_c_target():
-    rec = [index.CODES["gather_grad"], -6, 5, 2, 1, 0] + [0] * 6
-    assert index.describe(rec) == ("gather_grad: indices[1, 0] = -6: expected an index in "
+    """Both compiled targets' error records are read by one function (record_message)."""
+    from gradc.ir.ops.gather import RECORD_CODES, record_message
+    assert index.RECORD_CODES is RECORD_CODES
+    rec = [RECORD_CODES["gather_grad"], -6, 5, 2, 1, 0] + [0] * 6
+    assert record_message(rec) == ("gather_grad: indices[1, 0] = -6: expected an index in "
                                    "-5..4 (output_sizes[axis] = 5)")
-    assert index.describe([1, 7, 4, 0] + [0] * 8) == ("gather: indices = 7: expected an index "
+    assert record_message([1, 7, 4, 0] + [0] * 8) == ("gather: indices = 7: expected an index "
                                                       "in -4..3 (input.shape[axis] = 4)")

@@ -4,9 +4,10 @@ Both kernels first check every index, serially and in row-major order, before th
 anything: the first index outside ``[-size, size)`` is recorded in ``gc_err`` (thread-local: the
 check runs in the calling thread) with its position, and the kernel returns ``GC_INPUT_ERROR``,
 which the entry function passes on at once. The runtime then reads the record with
-``gradc_error`` and raises ``InputError`` with §26.3's message (``describe``). A target that
-updates parameters in place runs every checking kernel before its first in-place write
-(``checks_first``), so a failed step leaves the state as it was.
+``gradc_error`` and raises ``InputError`` with the reference's message (``record_message`` of
+``gradc.ir.ops.gather``). A target that updates parameters in place runs every checking kernel
+before its first in-place write (``checks_first``), so a failed step leaves the state as it
+was.
 
 ``gather`` copies whole slices as unsigned bit patterns (exact for every dtype). ``gather_grad``
 zeroes the output (an ``ACC`` scratch for float16), then adds the slices in order of occurrence:
@@ -16,17 +17,14 @@ canonical order), the work split over the leading axes and chunks of the trailin
 
 from __future__ import annotations
 
-from typing import Sequence
-
 from gradc.backends.c.ctypes_map import ctype
 from gradc.backends.c.kernel import Kernel, omp_for
 from gradc.backends.c.scalar import narrow, widen
 from gradc.ir.core import Value
-from gradc.ir.ops.gather import GATHER_SIZE, GRAD_SIZE, index_message
+from gradc.ir.ops.gather import RECORD_CODES
 
 INPUT_ERROR = 2  # the entry's return code for a run-time input error (1: out of memory)
 RECORD = 12  # int64 words of the error record: op, value, size, rank, 8 coordinates
-CODES = {"gather": 1, "gather_grad": 2}
 SLICE = 64  # trailing elements per parallel job of gather_grad
 
 ERROR_RECORD = f"""\
@@ -45,15 +43,6 @@ int gradc_error(int64_t *out) {{  /* the record of this thread's last input erro
 }}"""
 
 
-def describe(record: Sequence[int]) -> str:
-    """§26.3's message from an error record (``gradc_error``)."""
-    op = {v: k for k, v in CODES.items()}.get(int(record[0]), "gather")
-    rank = int(record[3])
-    position = [int(v) for v in record[4:4 + rank]]
-    what = GATHER_SIZE if op == "gather" else GRAD_SIZE
-    return index_message(op, position, int(record[1]), int(record[2]), what)
-
-
 def _check(k: Kernel, idx: Value, size: str, op: str) -> None:
     """Serial range check of every index, in row-major order, before any write."""
     cw, dims = k.code, k.dims
@@ -64,7 +53,8 @@ def _check(k: Kernel, idx: Value, size: str, op: str) -> None:
     with cw.block(f"for (int64_t i = 0; i < {count}; i++)"):
         cw.line(f"const int64_t v = (int64_t){k.param(idx)}[i];")
         with cw.block(f"if (v < -({size}) || v >= ({size}))"):
-            cw.line(f"return gc_index_error({CODES[op]}, i, v, {size}, {len(shape)}, {table});")
+            cw.line(f"return gc_index_error({RECORD_CODES[op]}, i, v, {size}, {len(shape)}, "
+                    f"{table});")
 
 
 def emit_gather(k: Kernel) -> None:

@@ -33,7 +33,8 @@ import numpy as np
 
 from gradc.errors import GradcError, InputError
 from gradc.ir.core import Value
-from gradc.backends.c.gather import INPUT_ERROR, RECORD, describe
+from gradc.ir.ops.gather import record_message
+from gradc.backends.c.gather import INPUT_ERROR, RECORD
 
 
 DEFAULT_SPIN_COUNT = 1000  # libgomp's spins before an idle thread sleeps (see the docstring)
@@ -216,7 +217,7 @@ class CRunner:
         if rc == INPUT_ERROR:  # an index out of range, found before anything was written
             record = (ctypes.c_int64 * RECORD)()
             self.lib.gradc_error(record)
-            raise InputError(describe(list(record)))
+            raise InputError(record_message(list(record)))
         if rc != 0:
             # A kernel's scratch allocation failed: the Executable reports it as a ResourceError
             # naming the graph's largest value and its bytes.

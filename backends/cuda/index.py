@@ -7,7 +7,7 @@ writes the error record -- the op's code, the index's value, the size and the in
 as the C target's record -- or a 0 when every index is in range. The record lies in the arena
 (``emit.py`` reserves it); every launch after the first check returns at once when it holds an
 error (so nothing reads at a bad index and no in-place state write happens), and the runtime
-reads it after the graph and raises ``InputError`` with the C target's message (``describe``).
+reads it after the graph and raises ``InputError`` with the C target's message (``record_message``).
 
 ``gather``: a thread per output element copies one element's bit pattern (exact).
 
@@ -27,25 +27,15 @@ from typing import Sequence
 
 from gradc.errors import UnsupportedError
 from gradc.ir.core import Value
-from gradc.ir.ops.gather import GATHER_SIZE, GRAD_SIZE, index_message
+from gradc.ir.ops.gather import RECORD_CODES
 
 from gradc.backends.c.ctypes_map import ctype
 from gradc.backends.c.scalar import narrow, widen
 from gradc.backends.cuda.kernel import BLOCK, CudaKernel, static_shape
 
 RECORD = 12  # int64 words of the error record: op, value, size, rank, 8 coordinates
-CODES = {"gather": 1, "gather_grad": 2}
 SCAN_MAX = 16  # indices that gather_grad's threads scan directly (more: sorted first)
 RUN = BLOCK  # keys ranked by counting per run before the merges
-
-
-def describe(record: Sequence[int]) -> str:
-    """§26.3's message from an error record."""
-    op = {v: k for k, v in CODES.items()}.get(int(record[0]), "gather")
-    rank = int(record[3])
-    position = [int(v) for v in record[4:4 + rank]]
-    what = GATHER_SIZE if op == "gather" else GRAD_SIZE
-    return index_message(op, position, int(record[1]), int(record[2]), what)
 
 
 def _prod(sizes: Sequence[int]) -> int:
@@ -79,7 +69,7 @@ def _check(k: CudaKernel, idx: Value, size: int, op: str) -> None:
                     f"err[3] = {len(shape)};", "int64_t rem = f;")
             for a in reversed(range(len(shape))):
                 cw.line(f"err[{4 + a}] = rem % {shape[a]};", f"rem /= {shape[a]};")
-            cw.line(f"err[0] = {CODES[op]};")
+            cw.line(f"err[0] = {RECORD_CODES[op]};")
         with cw.orelse():
             cw.line("err[0] = 0;")
     k.next_launch()

@@ -28,7 +28,8 @@ from gradc.errors import InputError
 
 from gradc.backends.cuda.arrays import DeviceArray, Foreign
 from gradc.backends.cuda.emit import Program
-from gradc.backends.cuda.index import RECORD, describe
+from gradc.backends.cuda.index import RECORD
+from gradc.ir.ops.gather import record_message
 
 
 class Driver(Protocol):
@@ -98,7 +99,7 @@ class CudaRunner:
         record = np.zeros(RECORD, np.int64)
         self.driver.download(record, self.arena + self.program.error_offset)
         if record[0]:
-            raise InputError(describe(record.tolist()))
+            raise InputError(record_message(record.tolist()))
 
     def _inputs(self, arrays: Mapping[str, Any]) -> None:
         p, d = self.program, self.driver

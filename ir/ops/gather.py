@@ -59,6 +59,20 @@ def index_message(op: str, position: Sequence[int], value: int, size: int, what:
     return f"{op}: {where} = {value}: expected an index in {-size}..{size - 1} ({what} = {size})"
 
 
+# The error record the compiled targets (C, cuda) write where a range check fails: the op's
+# code, the index's value, the size, the rank of the indices, then the index's position.
+RECORD_CODES = {"gather": 1, "gather_grad": 2}
+
+
+def record_message(record: Sequence[int]) -> str:
+    """The message of ``check_indices`` from a compiled target's error record."""
+    op = {v: k for k, v in RECORD_CODES.items()}.get(int(record[0]), "gather")
+    rank = int(record[3])
+    position = [int(v) for v in record[4:4 + rank]]
+    what = GATHER_SIZE if op == "gather" else GRAD_SIZE
+    return index_message(op, position, int(record[1]), int(record[2]), what)
+
+
 def check_indices(op: str, indices: np.ndarray, size: int, what: str) -> None:
     """InputError naming the first index outside ``[-size, size)`` in row-major order."""
     k = indices.astype(np.int64)
