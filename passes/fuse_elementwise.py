@@ -19,6 +19,11 @@ if the joined group's new time stays below the ``escape`` of every part. So ever
 graph with the groups contracted goes from an earlier to a later time: no cycle, whatever the
 number of groups on a would-be cycle (``check_cycles=True`` also checks the result with
 ``graph.to_networkx()``). The test is conservative: it may refuse a rare legal union.
+
+Nodes that check their operands when run (``gather``, ``gather_grad``: ``raises_input_error``)
+keep their relative order: each gets a time after the previous one's, as if it read it. A group
+that fed a forward ``gather`` and also read a backward ``gather_grad`` would otherwise run the
+``gather_grad`` first, and a bad index would be reported by the wrong node.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from dataclasses import dataclass, field
 
 from gradc.ir.core import Graph, Node, Value
 from gradc.ir.fused import is_elementwise
+from gradc.ir.ops.registry import get_op
 from gradc.passes.fusion import fuse_groups
 from gradc.passes.manager import Pass, PassResult, register_pass
 
@@ -122,14 +128,27 @@ def _join(state: _State, n: Node) -> _Group:
     return group
 
 
+def _checks(n: Node) -> bool:
+    """True when ``n`` (or a node of its body) may raise an input error when run."""
+    if n.body is not None:
+        return any(_checks(m) for m in n.body.nodes)
+    return n.op != "constant" and get_op(n.op).raises_input_error
+
+
 def find_groups(graph: Graph, siblings: bool = True) -> list[list[Node]]:
     """Groups of at least two elementwise nodes, each in topological order."""
     state = _State(siblings)
     pos = {n: i for i, n in enumerate(graph.nodes)}
+    last_check = 0  # the time of the latest node that checks its operands when run
     for n in graph.nodes:
         mine = _join(state, n) if is_elementwise(n) else None
         if mine is None:
             state.node_time[n] = state.needed_time(n, [])
+            if _checks(n):
+                # Nodes that may raise an input error keep their order (the first to fail in
+                # graph order names the error on every target): each is scheduled after the
+                # previous one, as if it read it, so no group can put one before another.
+                state.node_time[n] = last_check = max(state.node_time[n], last_check + 1)
         t = mine.time if mine is not None else state.node_time[n]
         for v in n.inputs:
             g = state.group(v.producer)

@@ -112,3 +112,38 @@ def test_a_check_already_made_holds_no_update_back():
     nodes = list(g.nodes)
     found = barriers(nodes, lambda v: v)
     assert found == {y.producer, d3.producer}
+
+
+def scaled_lookup() -> gradc.Graph:
+    """gather(x * exp(sum(s)), idx): differentiated, the elementwise ``x * e`` that feeds the
+    forward ``gather`` and the ``grad_x = grad * e`` that reads the backward ``gather_grad``
+    share ``e``, so elementwise fusion would put them in one group and run the ``gather_grad``
+    before the ``gather`` (the class fuzz seed 10101 found)."""
+    g = gradc.Graph("scaled_lookup")
+    x = g.input("x", "float32", (2,))
+    s = g.input("s", "float32", (2, 3))
+    idx = g.input("idx", "int64", (4,))
+    e = ops.exp(ops.reduce_sum(s, axes=[1]))
+    g.output(ops.gather(ops.mul(x, e), idx, axis=0), "y")
+    return gradc.grad(g, wrt="x")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_forward_gather_reports_a_bad_index_before_its_gradient(target):
+    """The forward gather and the backward gather_grad read the same out-of-range index: the
+    first in graph order (the gather) names the error on every target, after fusion too."""
+    tg = scaled_lookup()
+    arrays = {"x": np.ones(2, F32), "s": np.zeros((2, 3), F32), "idx": np.array([0, 1, 2, 0]),
+              "grad_y": np.ones(4, F32)}
+    with pytest.raises(gradc.InputError) as info:
+        gradc.compile(tg, target=target)(**arrays)
+    assert str(info.value) == ("gather: indices[2] = 2: expected an index in -2..1 "
+                               "(input.shape[axis] = 2)")
+
+
+def test_fusion_keeps_the_checking_nodes_in_their_order():
+    tg = scaled_lookup()
+    opt = gradc.optimize(tg).graph
+    order = [n.op for n in opt.nodes if n.op in ("gather", "gather_grad")]
+    assert order == ["gather", "gather_grad"]
+    assert any(n.op == "fused" for n in opt.nodes)  # the rest still fuses
