@@ -34,6 +34,11 @@ class Lowered:
     # function from such an object to its description (``shape``, ``dtype``, ``ndim``,
     # ``flags.c_contiguous``), or None for an object it does not take.
     foreign: Callable[[Any], Any] | None = None
+    # The target's own array types (the cuda target's ``DeviceArray``: an output kept on the
+    # device, passed back on the next call): an object of one of them is always C-contiguous
+    # and its ``shape`` and ``dtype`` are exact, so a call whose arrays match the static
+    # signature passes without describing each one (a training step passes back hundreds).
+    own: tuple[type, ...] = ()
     # False when this program sums some values in another order than the canonical one (an
     # option such as the cuda target's sums="split"): its results are then held to
     # SPEC-training.md §9.5's bound, not to the reference's bits, even on an exact target.

@@ -80,7 +80,7 @@ def compile(graph: Graph, target: str = "c", passes: str | Sequence[str] | None 
     lowered = TARGETS[target].lower(parameters_as_inputs(opt.graph), bound, **options)
     return Executable(opt.graph, target, lowered.runner, bound, source=lowered.source,
                       model=lowered.model, contiguous=lowered.contiguous, report=opt.report,
-                      in_place=lowered.in_place, foreign=lowered.foreign,
+                      in_place=lowered.in_place, foreign=lowered.foreign, own=lowered.own,
                       exact=TARGETS[target].exact and lowered.exact)
 
 

@@ -24,15 +24,20 @@ def static_signature(graph: Graph) -> list[tuple[str, np.dtype, tuple[int, ...]]
 
 
 def _exact(spec: list[tuple[str, np.dtype, tuple[int, ...]]], arrays: Mapping[str, Any],
-           contiguous: bool) -> bool:
+           contiguous: bool, own: tuple[type, ...] = ()) -> bool:
     """True when the arrays are exactly the inputs of a static signature: the same names,
-    plain ndarrays of the input's dtype and shape (C-contiguous if asked)."""
+    plain ndarrays of the input's dtype and shape (C-contiguous if asked), or arrays of the
+    target's ``own`` types (always contiguous) of that dtype and shape."""
     if len(arrays) != len(spec):
         return False
     for name, dtype, shape in spec:
         a = arrays.get(name)
-        if (type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype
-                or (contiguous and not a.flags.c_contiguous)):
+        t = type(a)
+        if t is np.ndarray:
+            if a.shape != shape or a.dtype != dtype or (contiguous and  # type: ignore[union-attr]
+                                                         not a.flags.c_contiguous):  # type: ignore[union-attr]
+                return False
+        elif t not in own or a.shape != shape or a.dtype != dtype:  # type: ignore[union-attr]
             return False
     return True
 
@@ -40,7 +45,8 @@ def _exact(spec: list[tuple[str, np.dtype, tuple[int, ...]]], arrays: Mapping[st
 def bind_inputs(graph: Graph, arrays: Mapping[str, Any], shapes: Mapping[str, int] | None,
                 contiguous: bool = False,
                 spec: list[tuple[str, np.dtype, tuple[int, ...]]] | None = None,
-                foreign: Callable[[Any], Any] | None = None) -> dict[str, int]:
+                foreign: Callable[[Any], Any] | None = None,
+                own: tuple[type, ...] = ()) -> dict[str, int]:
     """Check every array against the graph's inputs; return the symbol bindings.
 
     ``spec``: the graph's ``static_signature``; arrays that match it exactly (a training
@@ -48,9 +54,10 @@ def bind_inputs(graph: Graph, arrays: Mapping[str, Any], shapes: Mapping[str, in
     passes 22 arrays: about 80 us of checks, a fifth of its step, became a few).
     ``foreign``: the target's description of arrays it takes besides NumPy's (GPU arrays,
     ``Lowered.foreign``); such an array is checked through its description, which replaces it
-    in ``arrays``."""
+    in ``arrays``. ``own``: the target's own array types (``Lowered.own``), taken as they are
+    by the static fast path (the runner reads them itself)."""
     bindings: dict[str, int] = dict(shapes or {})
-    if spec is not None and _exact(spec, arrays, contiguous):
+    if spec is not None and _exact(spec, arrays, contiguous, own):
         return bindings
     names = [v.name for v in graph.inputs]
     extra = sorted(set(arrays) - set(names))
@@ -200,7 +207,8 @@ class Executable:
                  shapes: Mapping[str, int] | None = None, source: str | None = None,
                  model: Any = None, contiguous: bool = False, report: list | None = None,
                  in_place: Mapping[str, str] | None = None,
-                 foreign: Callable[[Any], Any] | None = None, exact: bool = True) -> None:
+                 foreign: Callable[[Any], Any] | None = None, exact: bool = True,
+                 own: tuple[type, ...] = ()) -> None:
         self.graph = graph
         # True when the program keeps the canonical order of every sum (on an exact target:
         # the reference's bits); False when an option reordered some (SPEC-training §9.5).
@@ -216,6 +224,7 @@ class Executable:
         self._shapes = dict(shapes or {})
         self._contiguous = contiguous
         self._foreign = foreign  # GPU arrays the target takes as inputs (Lowered.foreign)
+        self._own = own  # the target's own array types (Lowered.own)
         self.parameters: dict[str, np.ndarray] = {p.name: p.value for p in graph.parameters
                                                   if p.value is not None}
         self._signature = parameters_as_inputs(graph)
@@ -232,7 +241,7 @@ class Executable:
                 # caller passes the array to update (gradc.Trainer does).
                 arrays[name] = value.copy() if name in overwritten else value
         bindings = bind_inputs(self._signature, arrays, self._shapes, self._contiguous,
-                               self._static, self._foreign)
+                               self._static, self._foreign, self._own)
         # The sizes follow from the bindings alone: checked once per set of bindings (a
         # training loop calls with the same shapes every step).
         key = tuple(sorted(bindings.items()))

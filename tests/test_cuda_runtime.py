@@ -94,6 +94,26 @@ def test_device_arrays_of_the_arena_are_staged_before_slots_change(target, cache
     assert_bits(np.asarray(out2["b.next"]), x)
 
 
+@needs_host
+def test_device_arrays_passed_back_skip_the_checks_only_when_they_match(cache, monkeypatch):
+    """A call whose arrays match the static signature takes the target's own DeviceArrays as
+    they are (a Trainer passes back its whole state each step: no per-array description); one
+    of another shape or dtype still gets the checks' message."""
+    ex = gradc.compile(_sgd_graph(), target="cuda", runtime="host", cache_dir=cache,
+                       update_in_place={"w.next": "w"}, keep_on_device=["w.next", "loss"])
+    g = np.ones((3, 4), np.float32)
+    state = ex(w=np.zeros((3, 4), np.float32), g=g)["w.next"]
+    described: list[object] = []
+    monkeypatch.setattr(ex, "_foreign", lambda a: described.append(a) or arrays.describe(a, True))
+    ex(w=state, g=g)
+    assert described == []
+    loss = ex(w=state, g=g)["loss"]  # f32[] on the device: the wrong shape for w
+    with pytest.raises(InputError, match=r"input 'w': expected shape \(3, 4\), got \(\) "):
+        ex(w=loss, g=g)
+    assert described == [loss]
+    assert_bits(np.asarray(state), np.full((3, 4), -1.5, np.float32))
+
+
 class _CpuDLPack:
     """An array that offers only DLPack (on the CPU: the harness's "device" is host memory)."""
 

@@ -53,6 +53,9 @@ class DeviceArray:
     def __init__(self, ptr: int, shape: tuple[int, ...], dtype: np.dtype, owner: Any,
                  on_device: bool = True) -> None:
         self.ptr, self.shape, self.dtype = ptr, tuple(shape), np.dtype(dtype)
+        # computed once: a Trainer reads the sizes of its whole state on every step
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+        self.nbytes = self.size * self.dtype.itemsize
         self._owner = owner  # the runner: its driver copies, and it keeps the arena alive
         self._on_device = on_device
 
@@ -60,16 +63,6 @@ class DeviceArray:
     def ndim(self) -> int:
         """The rank."""
         return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        """The number of elements."""
-        return int(np.prod(self.shape, dtype=np.int64))
-
-    @property
-    def nbytes(self) -> int:
-        """The bytes of the array."""
-        return self.size * self.dtype.itemsize
 
     def numpy(self) -> np.ndarray:
         """A host copy."""

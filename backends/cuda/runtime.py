@@ -26,7 +26,7 @@ import numpy as np
 
 from gradc.errors import InputError
 
-from gradc.backends.cuda.arrays import DeviceArray, Foreign
+from gradc.backends.cuda.arrays import DeviceArray, Foreign, describe
 from gradc.backends.cuda.emit import Program
 from gradc.backends.cuda.index import RECORD
 from gradc.ir.ops.gather import record_message
@@ -108,6 +108,10 @@ class CudaRunner:
         others = False
         for i, v in enumerate(p.inputs):
             a, slot = arrays[v.name], self.arena + p.input_offsets[i]
+            if type(a) is DeviceArray:  # taken as it is by the Executable's fast path
+                if a.ptr == slot:
+                    continue  # already in its slot: this executable's own output
+                a = describe(a)
             if isinstance(a, Foreign):
                 if a.ptr == slot:
                     continue  # already in its slot: this executable's own output

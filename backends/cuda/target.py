@@ -46,7 +46,7 @@ from gradc.errors import GradcError
 from gradc.ir.core import Graph
 
 from gradc.backends.cuda import build, rt
-from gradc.backends.cuda.arrays import describe
+from gradc.backends.cuda.arrays import DeviceArray, describe
 from gradc.backends.cuda.emit import (EMITTERS, SPECIAL, SUMS, Program, generate,
                                      unbound_symbols)
 from gradc.backends.cuda.host import HostDriver
@@ -136,7 +136,7 @@ class CudaTarget:
         exact = not program.reordered if program is not None else sums == "canonical"
         return Lowered(runner, source=program.source if program else None, contiguous=True,
                        in_place=_granted(program),
-                       foreign=lambda a: describe(a, host), exact=exact)
+                       foreign=lambda a: describe(a, host), exact=exact, own=(DeviceArray,))
 
 
 def _granted(program: Program | None) -> dict[str, str]:
