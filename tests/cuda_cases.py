@@ -221,6 +221,27 @@ def reductions(dtype: str) -> Case:
     return make
 
 
+def softmax_rows(dtype: str) -> Case:
+    """softmax/log_softmax of long groups (the cuda target's block-per-group kernel): rows with
+    NaN, an all-NaN row, +-inf, tied maxima of -0.0 and +0.0, groups strided in memory, and
+    (float64) a group longer than one chunk of shared memory."""
+    def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+        rng = np.random.default_rng(RNG_SEED)
+        cols = 4500 if dtype == "float64" else 300
+        x = _special(rng, dtype, (4, cols))
+        x[1, :] = np.nan
+        x[2, :] = -np.abs(x[2, :])
+        x[2, 7], x[2, 100] = -0.0, 0.0  # tied maxima: the first one is selected
+        x[3, 5] = np.inf
+        x[0, 2::256] = np.nan  # a thread of the block-per-group kernel sees only NaN
+        t = _special(rng, dtype, (260, 3))
+        return _graph(f"smrows_{dtype}", {"x": (dtype, (4, cols)), "t": (dtype, (260, 3))},
+                      lambda x, t: {"smr": ops.softmax(x, (1,)), "lsmr": ops.log_softmax(x, (1,)),
+                                    "smc": ops.softmax(t, (0,)),
+                                    "lsmc": ops.log_softmax(t, (0,))}), {"x": x, "t": t}
+    return make
+
+
 def batch_norms(dtype: str, shape: tuple[int, ...], pshape: tuple[int, ...]) -> Case:
     """The four batch-normalization ops (§12) on one input: the statistics' sums span several
     staged chunks when a group has more members than ``batch_norm.CHUNK``."""
@@ -526,6 +547,7 @@ for _d in FLOATS:
     # integer scales: every axis of the gradient regular (no tables)
     CASES[f"resample_nearest_x2_{_d}"] = resampling(_d, "nearest", (1, 1, 2.0, 3.0))
     CASES[f"reductions_{_d}"] = reductions(_d)
+    CASES[f"softmax_rows_{_d}"] = softmax_rows(_d)
     CASES[f"gemm_{_d}"] = gemms(_d)
     CASES[f"convolution_{_d}"] = convolutions(_d)
 CASES["convolution_relu_float32"] = convolution_relu("float32")
@@ -578,7 +600,7 @@ SUMMED = {"dx", "alone", "s02", "s1", "sall", "mean", "y", "yc", "mm0", "mm1", "
 # and the GPU's double exp/log may differ from NumPy's by an ulp before rounding to the dtype);
 # adam_optimizer's parameters too: its bias correction's powers are the correctly rounded ones on
 # the cuda target, the reference's NumPy power is not always (tests/test_cuda_training.py).
-TRANSCENDENTAL = {"sm", "lsm", "erf", "sin", "cos", "ax", "bx", "cx"}
+TRANSCENDENTAL = {"sm", "lsm", "smr", "lsmr", "smc", "lsmc", "erf", "sin", "cos", "ax", "bx", "cx"}
 # gelu and gelu_grad: SPEC-transformers §25.4's ulps plus an absolute term in the input ``x``
 # (times ``|dy|`` for the gradient): output -> the feeds holding x and dy.
 GELU = {"gelu": ("x", None), "gelu_t": ("x", None), "gelu_grad": ("x", "dy"),

@@ -81,3 +81,22 @@ def test_the_smoke_scripts_comparison_accepts_the_harness(tmp_path, capsys):
     for name in ("reductions_float16", "reductions_float32", "reductions_float64"):
         assert cuda_smoke.run_case(name, str(tmp_path), 1, runtime="host"), name
     assert "MISMATCH" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_softmax_rows_equal_the_thread_per_group_kernel_bit_for_bit(dtype, tmp_path,
+                                                                    monkeypatch):
+    """softmax/log_softmax of long groups run a block per group (a tree selects the maximum,
+    thread 0 adds each chunk of exponentials in order): the same bits, NaN payloads included,
+    as the thread-per-group kernel that adds them all in one thread."""
+    from cuda_cases import softmax_rows
+    from gradc.backends.cuda import reduce
+
+    g, feeds = softmax_rows(dtype)()
+    rows = compile_for(g, "cuda-host", cache_dir=str(tmp_path))(**feeds)
+    assert "gc_buf" in compile_for(g, "cuda-host", cache_dir=str(tmp_path)).source
+    monkeypatch.setattr(reduce, "ROW_MEMBERS", 1 << 40)
+    serial = compile_for(g, "cuda-host", cache_dir=str(tmp_path))
+    assert "gc_buf" not in serial.source
+    for k, want in serial(**feeds).items():
+        assert_bits(np.asarray(rows[k]), want, nan_payload=True)
