@@ -382,6 +382,41 @@ def normalization(dtype: str) -> Case:
     return make
 
 
+def normalization_rows(dtype: str) -> Case:
+    """mean_variance_normalization and its gradient over groups of 130..390 members (the cuda
+    target's block-per-group kernels): layer norm over the last axis, members strided in memory
+    (axes (1,)), two normalized axes with a scale that varies over them, RMS norm, without
+    variance, without both; rows with NaN, infinities and -0.0."""
+    def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
+        rng = np.random.default_rng(RNG_SEED)
+
+        def fn(x, dx3, s, b, w, q, dq, u):
+            mvn, grad = ops.mean_variance_normalization, ops.mean_variance_normalization_grad
+            r = {"mvn_ln": mvn(x, s, b), "mvn_axes": mvn(q, w, None, axes=(1, 2)),
+                 "mvn_rms": mvn(q, w, w, axes=(1,), use_mean=False, epsilon=0.5),
+                 "mvn_mean": mvn(q, None, None, axes=(1, 2), use_variance=False),
+                 "mvn_none": mvn(q, w, None, axes=(1,), use_mean=False, use_variance=False)}
+            for key, (a, d, sc, kw) in {
+                    "ln": (x, dx3, s, {}), "axes": (q, dq, w, {"axes": (1, 2)}),
+                    "rms": (q, dq, w, {"axes": (1,), "use_mean": False}),
+                    "mean": (q, dq, u, {"axes": (1, 2), "use_variance": False}),
+                    "none": (q, dq, w, {"axes": (1,), "use_mean": False,
+                                        "use_variance": False})}.items():
+                for name, val in zip(("dx", "ds", "db"), grad(a, d, sc, **kw)):
+                    r[f"mvn_{name}_{key}"] = val
+            return r
+        shapes = {"x": (5, 200), "dx3": (5, 200), "s": (200,), "b": (200,), "w": (130, 1),
+                  "q": (2, 130, 3), "dq": (2, 130, 3), "u": (1,)}
+        g = _graph(f"mvnrows_{dtype}", {k: (dtype, sh) for k, sh in shapes.items()}, fn)
+        feeds = {k: (rng.standard_normal(sh) * 3 + 1).astype(dtype) for k, sh in shapes.items()}
+        feeds["x"][1, 7] = np.nan
+        feeds["x"][2, :2] = np.array([np.inf, -np.inf], dtype)
+        feeds["x"][3] = -0.0
+        feeds["q"][1, 2, 0] = -0.0
+        return g, feeds
+    return make
+
+
 def convolutions(dtype: str) -> Case:
     """convolution in both directions and convolution_filter_grad: asymmetric padding, strides,
     dilations, groups, the mirrored filter (mode="convolution"), a bias, output_padding, a
@@ -572,6 +607,7 @@ CASES["resample_nearest_int8"] = resampling("int8", "nearest", (1, 1, 2.0, 2.0))
 CASES["resample_rank1_float32"] = resampling("float32", "linear", (1.75,))
 for _d in FLOATS:
     CASES[f"normalization_{_d}"] = normalization(_d)
+    CASES[f"normalization_rows_{_d}"] = normalization_rows(_d)
     CASES[f"activations_{_d}"] = activations(_d)
     CASES[f"gathers_{_d}_int64"] = gathers(_d, "int64")
 CASES["gathers_float32_int32"] = gathers("float32", "int32")

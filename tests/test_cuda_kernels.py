@@ -100,3 +100,23 @@ def test_softmax_rows_equal_the_thread_per_group_kernel_bit_for_bit(dtype, tmp_p
     assert "gc_buf" not in serial.source
     for k, want in serial(**feeds).items():
         assert_bits(np.asarray(rows[k]), want, nan_payload=True)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_normalization_rows_equal_the_thread_per_group_kernel_bit_for_bit(dtype, tmp_path,
+                                                                          monkeypatch):
+    """mean_variance_normalization and its gradient over long groups run a block per group
+    (the row in shared memory, thread 0 adding each sum in order): the same bits, NaN payloads
+    included, as the thread-per-group kernels."""
+    from cuda_cases import normalization_rows
+    from gradc.backends.cuda import normalization
+
+    g, feeds = normalization_rows(dtype)()
+    ex = compile_for(g, "cuda-host", cache_dir=str(tmp_path))
+    assert ex.source.count("__shared__") >= 10  # every mvn and mvn_grad node in rows
+    rows = ex(**feeds)
+    monkeypatch.setattr(normalization, "ROW_MIN", 1 << 40)
+    serial = compile_for(g, "cuda-host", cache_dir=str(tmp_path))
+    assert "__shared__" not in serial.source
+    for k, want in serial(**feeds).items():
+        assert_bits(np.asarray(rows[k]), want, nan_payload=True)
