@@ -30,10 +30,12 @@ from gradc.backends.c.writer import CWriter
 from gradc.backends.cuda import (average_pooling, batch_norm, conv, elementwise, gather,
                                  gemm, index, normalization, pool, reduce, resample,
                                  slice_grad, training)
+from gradc.backends.cuda.dag import dependencies
 from gradc.backends.cuda.kernel import BLOCK, CudaKernel, grid
 from gradc.backends.cuda.prelude import PRELUDE
 
 Emitter = Callable[[CudaKernel], None]
+Span = tuple[int, int]  # an arena byte range [lo, hi)
 
 
 def _emitters() -> dict[str, Emitter]:
@@ -58,6 +60,10 @@ class Launch:
     block: int
     barrier: bool  # the kernel synchronizes its block (the host harness runs it as fibers)
     label: str  # op or fused group and result type (registry names only)
+    # the arena's byte ranges [lo, hi) the launch may read and may write (scratch, the error
+    # record and in-place buffers are in both): what ``dag.dependencies`` orders launches by
+    reads: tuple[tuple[int, int], ...] = ()
+    writes: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass
@@ -77,6 +83,11 @@ class Program:
     # the kernels (labels) whose sums run in another order than the canonical one (sums=
     # "split"): empty when every result is the reference's bits
     reordered: list[str] = field(default_factory=list)
+
+    @property
+    def dependencies(self) -> list[tuple[int, ...]]:
+        """Per launch, the earlier launches it must follow (``dag.dependencies``)."""
+        return dependencies(self.launches)
 
 
 def check_supported(graph: Graph) -> None:
@@ -170,6 +181,7 @@ class _Builder:
         self.kernels: list[CWriter] = []
         self.launches: list[Launch] = []
         self.offset: dict[Buffer, int] = {}
+        self.size: dict[Buffer, int] = {}  # bytes of each buffer (the largest value it holds)
         end = 0
         for i, v in enumerate(graph.inputs):
             self.offset[Buffer("input", i)] = end
@@ -181,6 +193,11 @@ class _Builder:
         offsets, total = plan_arena(memory.lives()) if memory.owners else ({}, 0)
         for k in range(len(memory.owners)):
             self.offset[Buffer("temp", k)] = end + offsets[f"b{k}"]
+        for v, b in memory.buffers.items():
+            self.size[b] = max(self.size.get(b, 0), _nbytes(dims, v))
+        for k, z in enumerate(memory.sizes):
+            self.size[Buffer("temp", k)] = max(self.size.get(Buffer("temp", k), 0),
+                                               int(z))  # type: ignore[arg-type]
         self.arena_bytes = max(IO_ALIGN, end + total)
         # After the temporaries: the error record of the range checks (when an op may raise
         # an input error), then the scratch that kernels use during their own launches.
@@ -249,7 +266,7 @@ class _Builder:
                 k.code.line(f"dst[{i}] = gc_const{index}[{i}];")
             t = ctype(v.type.dtype).bits
             decl = f"{t} *__restrict__ dst = ({t} *){self.address(dst)};"
-            self._finish(k, lambda read: [decl])
+            self._finish(k, lambda read: [decl], lambda read: ((), (self.span(dst),)))
 
     def _kernel(self, n: Node) -> None:
         """Emit the function of one node (or fused group)."""
@@ -295,15 +312,26 @@ class _Builder:
                     out.append(f"{q}{ty} *__restrict__ {p} = ({q}{ty} *){self.address(b)};")
             return out
 
+        def access(read: set[str]) -> tuple[tuple[Span, ...], tuple[Span, ...]]:
+            """The arena ranges a launch using the pointers ``read`` reads and writes."""
+            used = [(self.span(b), is_out) for b, _, is_out in order
+                    if params[b] in read and b.kind != "constant"]
+            return (tuple(s for s, w in used if not w), tuple(s for s, w in used if w))
+
         rw = self._mergeable(k)
         if rw is None:
             self._flush()
-            self._finish(k, decls)
+            self._finish(k, decls, access)
             return
         reads, writes = rw
         if any(writes & (r | w) or reads & w for _, _, r, w in self.pending):
             self._flush()  # a hazard: the held kernels run first
         self.pending.append((k, decls, reads, writes))
+
+    def span(self, b: Buffer) -> Span:
+        """The arena byte range of a buffer."""
+        lo = self.offset[b]
+        return (lo, lo + max(1, self.size[b]))
 
     def _name(self) -> str:
         """A new kernel's name: ``k<number of functions so far>``, or past every name given
@@ -332,13 +360,21 @@ class _Builder:
         are split between them (``merged``)."""
         pending, self.pending = self.pending, []
         if len(pending) == 1:
-            self._finish(pending[0][0], pending[0][1])
+            _, _, r, wr = pending[0]
+            spans = (tuple(self.span(b) for b in r if b.kind != "constant"),
+                     tuple(self.span(b) for b in wr))
+            self._finish(pending[0][0], pending[0][1], lambda read: spans)
         elif pending:
             w, blocks = merged(pending[0][0].name, [(k, decls(k.read)) for k, decls, _, _
                                                     in pending], self._stop_line())
             self.kernels.append(w)
+            reads = {self.span(b) for _, _, r, _ in pending for b in r if b.kind != "constant"}
+            writes = {self.span(b) for _, _, _, wr in pending for b in wr}
+            if self.checked:
+                reads.add(self.error_span())
             self.launches.append(Launch(pending[0][0].name, blocks, BLOCK, False,
-                                        f"merged -> {len(pending)} kernels"))
+                                        f"merged -> {len(pending)} kernels",
+                                        tuple(sorted(reads)), tuple(sorted(writes))))
             for k, _, _, _ in pending:
                 self.statics.extend(k.tables)
 
@@ -347,7 +383,14 @@ class _Builder:
         return [f"if (*(const int64_t *)(gc_arena + {self.error_at}) != 0) return;"] \
             if self.checked else []
 
-    def _finish(self, k: CudaKernel, decls: Callable[[set[str]], list[str]]) -> None:
+    def error_span(self) -> Span:
+        """The arena range of the error record."""
+        assert self.error_at is not None
+        return (self.error_at, self.error_at + index.RECORD * 8)
+
+    def _finish(self, k: CudaKernel, decls: Callable[[set[str]], list[str]],
+                access: Callable[[set[str]], tuple[tuple[Span, ...], tuple[Span, ...]]]
+                ) -> None:
         """The kernel's functions (one per launch) around their bodies, and their launches.
 
         Once a range check has run (the first launch of an op that may raise an input error),
@@ -366,8 +409,16 @@ class _Builder:
                 w.line(*decls(part.read), "(void)gc_arena;", *self._stop_line())
                 w.nest(part.code)
             self.kernels.append(w)
+            reads, writes = access(part.read)
+            extra: tuple[Span, ...] = ()
+            if k.scratch_bytes:  # every launch of the node may use its scratch
+                extra += ((self.scratch_at, self.scratch_at + k.scratch_bytes),)
+            if checks:  # a range check writes the record (and later parts read it)
+                extra += (self.error_span(),)
+            stop = (self.error_span(),) if self.checked else ()
             self.launches.append(Launch(name, grid(part.work, part.block), part.block,
-                                        part.barrier, label(n)))
+                                        part.barrier, label(n), reads + stop + extra,
+                                        writes + extra))
             self.checked = self.checked or (checks and i == 0)
         self.statics.extend(k.tables)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import random
 import shlex
 import subprocess
 import tempfile
@@ -30,6 +31,7 @@ import numpy as np
 
 from gradc.errors import GradcError
 
+from gradc.backends.cuda.dag import random_order
 from gradc.backends.cuda.prelude import HOST_GPU_NAN, HOST_HEADER
 
 FLAGS = ("-std=c++17", "-ffp-contract=off", "-fno-fast-math", "-fno-math-errno",
@@ -117,6 +119,7 @@ class HostDriver:
         self.nan = nan or nan_mode()
         self._memory: dict[int, np.ndarray] = {}
         self.launches = 0  # kernels run so far (tests count graph replays with it)
+        self.shuffle: random.Random | None = None  # replay in a random order of the DAG
 
     def load(self, source: str, kernels: Sequence[str]) -> Any:
         """Compile the harness of a program and load it."""
@@ -158,9 +161,15 @@ class HostDriver:
         """"Device" -> "device"."""
         ctypes.memmove(dst, src, nbytes)
 
-    def capture(self, functions: list[tuple[Any, int, int, bool]], arena: int) -> Any:
-        """The launches to replay, in order."""
-        return [(fn, grid, block, barrier, arena) for fn, grid, block, barrier in functions]
+    def capture(self, functions: list[tuple[Any, int, int, bool]], arena: int,
+                deps: Sequence[Sequence[int]] | None = None) -> Any:
+        """The launches to replay, in order -- or, with ``shuffle`` set (a ``random.Random``:
+        tests), in a random order that respects ``deps``, as the GPU's streams may run them."""
+        order = list(range(len(functions)))
+        if self.shuffle is not None and deps is not None:
+            order = random_order(deps, self.shuffle)
+        return [(functions[j][0], functions[j][1], functions[j][2], functions[j][3], arena)
+                for j in order]
 
     def replay(self, graph: Any) -> None:
         """Run every launch of a captured "graph" in order."""

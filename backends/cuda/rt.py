@@ -25,6 +25,8 @@ import numpy as np
 
 from gradc.errors import GradcError, UnsupportedError
 
+from gradc.backends.cuda import dag
+
 INSTALL = "pip install 'gradc[cuda]'"
 
 
@@ -114,6 +116,7 @@ def _nvrtc_check(m: Any, err: Any, call: str) -> None:
 
 
 _OPEN: dict[int, tuple[Any, str, Any, Any]] = {}  # ordinal -> (device, arch, context, stream)
+_SIDE: dict[int, list[Any]] = {}  # ordinal -> the streams graph captures fork onto
 
 
 class DeviceDriver:
@@ -127,6 +130,7 @@ class DeviceDriver:
             _OPEN[ordinal] = self._open(ordinal)
         self.device, self.arch, self.context, self.stream = _OPEN[ordinal]
         self._keep: list[Any] = []  # launch parameter arrays, alive while graphs use them
+        self._side = _SIDE.setdefault(ordinal, [])  # the streams a capture forks onto
 
     def _open(self, ordinal: int) -> tuple[Any, str, Any, Any]:
         """Initialize the driver and open a GPU (UnsupportedError without one)."""
@@ -215,23 +219,57 @@ class DeviceDriver:
         self._ok(self.d.cuMemcpyDtoDAsync(self._ptr(dst), self._ptr(src), nbytes, self.stream),
                  "cuMemcpyDtoDAsync")
 
-    def capture(self, functions: list[tuple[Any, int, int, bool]], arena: int) -> Any:
+    def capture(self, functions: list[tuple[Any, int, int, bool]], arena: int,
+                deps: Sequence[Sequence[int]] | None = None) -> Any:
         """The launches (function, grid, block, barrier), each with ``arena`` as its argument,
-        captured once from the stream as an instantiated CUDA graph."""
+        captured once as an instantiated CUDA graph. ``deps`` (``dag.dependencies``): the
+        earlier launches each must follow; the launches are then spread over a few streams
+        (``dag.assign_streams``) joined by events, so the graph is a DAG whose independent
+        kernels overlap. Without ``deps`` the graph is the chain of launches in order."""
         d = self.d
         arg = np.array([arena], np.uint64)
         params = np.array([arg.ctypes.data], np.uint64)
         self._keep += [arg, params]
         self._current()
+        plan = dag.assign_streams(deps, dag.MAX_STREAMS) if deps is not None else \
+            [(0, ())] * len(functions)
+        used = sorted({s for s, _ in plan})
+        while len(self._side) < len(used) - 1:
+            self._side.append(self._ok(d.cuStreamCreate(1), "cuStreamCreate"))
+        streams = [self.stream] + self._side
+        events: list[Any] = []
         mode = d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
         self._ok(d.cuStreamBeginCapture(self.stream, mode), "cuStreamBeginCapture")
         try:
-            for fn, grid, block, _ in functions:
-                self._ok(d.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, self.stream,
+            fork = self._event(events)
+            self._ok(d.cuEventRecord(fork, self.stream), "cuEventRecord")
+            started, last = {0}, {0: -1}
+            done: list[Any] = []
+            for j, ((fn, grid, block, _), (s, waits)) in enumerate(zip(functions, plan)):
+                st = streams[s]
+                if s not in started:  # a side stream joins the capture through the fork
+                    self._ok(d.cuStreamWaitEvent(st, fork, 0), "cuStreamWaitEvent")
+                    started.add(s)
+                for w in waits:
+                    self._ok(d.cuStreamWaitEvent(st, done[w], 0), "cuStreamWaitEvent")
+                self._ok(d.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, st,
                                           params.ctypes.data, 0), "cuLaunchKernel")
+                done.append(self._event(events))
+                self._ok(d.cuEventRecord(done[-1], st), "cuEventRecord")
+                last[s] = j
+            for s in started - {0}:  # every side stream joins back before the capture ends
+                self._ok(d.cuStreamWaitEvent(self.stream, done[last[s]], 0),
+                         "cuStreamWaitEvent")
         finally:
             graph = self._ok(d.cuStreamEndCapture(self.stream), "cuStreamEndCapture")
+            for e in events:
+                d.cuEventDestroy(e)
         return self._ok(d.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+
+    def _event(self, events: list[Any]) -> Any:
+        """A new event without timing (kept in ``events`` to be destroyed)."""
+        events.append(self._ok(self.d.cuEventCreate(2), "cuEventCreate"))  # DISABLE_TIMING
+        return events[-1]
 
     def replay(self, graph: Any) -> None:
         """Launch a captured graph on the stream."""

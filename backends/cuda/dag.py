@@ -1,0 +1,123 @@
+"""Which launches of a step must follow which: the step's CUDA graph as a DAG, not a chain.
+
+The program's launches are written in the plan's order, and running them in that order is
+always right. Two launches may also run at once, or in the other order, when neither writes a
+byte of the arena that the other reads or writes (``Launch.reads`` and ``Launch.writes``: the
+buffers a launch's pointers reach, its node's scratch, the error record). ``dependencies``
+gives each launch the earlier launches it conflicts with: the last writer of every byte it
+reads or writes (read after write, write after write), and, for every byte it writes, the
+launches that read it since that write (write after read). Every conflicting pair is then
+ordered, directly or through a chain, so any order that respects these edges computes what
+the plan's order computes, bit for bit: no kernel's result depends on when it runs (no
+atomics, no reads of memory another launch may be writing).
+
+On the GPU (``rt.DeviceDriver.capture``) the launches of the step's graph are spread over a few
+streams with events for these edges, so independent kernels overlap: a layer's filter
+gradient beside its input gradient, short kernels beside long ones. The memory plan reuses the
+arena for sequential execution; its reuse shows up here as write-after-read edges, which keep
+that reuse safe.
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+from typing import Protocol, Sequence
+
+
+class Access(Protocol):
+    """What ``dependencies`` reads of a launch."""
+
+    @property
+    def reads(self) -> tuple[tuple[int, int], ...]: ...
+    @property
+    def writes(self) -> tuple[tuple[int, int], ...]: ...
+
+
+def dependencies(launches: Sequence[Access]) -> list[tuple[int, ...]]:
+    """Per launch, the earlier launches (indices, ascending) it must follow (module
+    docstring). The arena is cut into the pieces between every range's ends, so each piece
+    is wholly inside or outside each range."""
+    cuts = sorted({e for x in launches for lo, hi in x.reads + x.writes for e in (lo, hi)})
+
+    def pieces(spans: tuple[tuple[int, int], ...]) -> set[int]:
+        out: set[int] = set()
+        for lo, hi in spans:
+            if hi > lo:
+                out.update(range(bisect.bisect_left(cuts, lo), bisect.bisect_left(cuts, hi)))
+        return out
+
+    writer: dict[int, int] = {}  # piece -> the last launch that wrote it
+    readers: dict[int, list[int]] = {}  # piece -> the launches that read it since
+    out: list[tuple[int, ...]] = []
+    for j, x in enumerate(launches):
+        r, w = pieces(x.reads), pieces(x.writes)
+        deps: set[int] = set()
+        for q in r | w:
+            if q in writer:
+                deps.add(writer[q])
+        for q in w:
+            deps.update(readers.get(q, ()))
+        deps.discard(j)
+        out.append(tuple(sorted(deps)))
+        for q in r - w:
+            readers.setdefault(q, []).append(j)
+        for q in w:
+            writer[q] = j
+            readers[q] = []
+    return out
+
+
+def topological_orders_agree(deps: Sequence[Sequence[int]], order: Sequence[int]) -> bool:
+    """True when ``order`` (a permutation of the launches) runs every launch after its
+    dependencies."""
+    at = {j: i for i, j in enumerate(order)}
+    return len(at) == len(deps) and all(at[d] < at[j] for j, ds in enumerate(deps) for d in ds)
+
+
+MAX_STREAMS = 8  # streams a step's graph is spread over (1: the plain chain of launches)
+
+
+def assign_streams(deps: Sequence[Sequence[int]], streams: int = MAX_STREAMS
+                   ) -> list[tuple[int, tuple[int, ...]]]:
+    """Per launch, (its stream, the launches on other streams it waits for): a launch goes on
+    the stream whose last launch is its latest dependency, else on a new stream, else (all in
+    use) on the stream idle longest -- which orders it after that stream's last launch too,
+    an edge more than needed, never one less. A dependency on the same stream is implied by
+    the stream's order and is not waited for."""
+    last: list[int] = []  # stream -> its last launch
+    stream_of: list[int] = []
+    out: list[tuple[int, tuple[int, ...]]] = []
+    for j, ds in enumerate(deps):
+        on = [s for s in range(len(last)) if last[s] in ds]
+        if on:
+            s = max(on, key=lambda s: last[s])
+        elif len(last) < max(1, streams):
+            s = len(last)
+            last.append(-1)
+        else:
+            s = min(range(len(last)), key=lambda s: last[s])
+        out.append((s, tuple(d for d in ds if stream_of[d] != s)))
+        stream_of.append(s)
+        last[s] = j
+    return out
+
+
+def random_order(deps: Sequence[Sequence[int]], rng: random.Random) -> list[int]:
+    """A random order of the launches that respects ``deps`` (for tests: any such order must
+    compute the same bits)."""
+    waiting = [len(set(ds)) for ds in deps]
+    users: list[list[int]] = [[] for _ in deps]
+    for j, ds in enumerate(deps):
+        for d in set(ds):
+            users[d].append(j)
+    ready = [j for j, n in enumerate(waiting) if n == 0]
+    order: list[int] = []
+    while ready:
+        j = ready.pop(rng.randrange(len(ready)))
+        order.append(j)
+        for u in users[j]:
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                ready.append(u)
+    return order

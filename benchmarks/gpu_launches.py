@@ -1,0 +1,147 @@
+"""Where a cuda training step's time goes, launch by launch (run on the GPU machine).
+
+    python3 benchmarks/gpu_launches.py [--models resnet18,unet] [--batch 8] [--sums split]
+        [--top 25] [--cache DIR] [--chain] [--out FILE]
+
+For each model of ``bench_gpu.py`` it builds the same ``Trainer(target="cuda")`` step and
+prints, in one table per model:
+
+- the step as ``Trainer.step`` times it (median of 20), the captured CUDA graph alone (a
+  ``cuGraphLaunch`` between two CUDA events, median of 20: the step without the host's work;
+  with ``--chain`` also the same launches captured as one chain instead of the DAG of
+  ``backends/cuda/dag.py``), and the sum of the launches issued one by one (each between two
+  events, so each carries its launch gap): the differences are the host's share, the launch
+  gaps and what the DAG's overlap saves;
+- the slowest ``--top`` launches: their op or fused group, grid and block, ms, and the first
+  comment of the kernel's source (a product's sizes and tile, a split's parts), so the next
+  kernel to improve is named with what it computes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import gradc  # noqa: E402
+from bench_gpu import (MODELS, export_graph, launch_times, make_model,  # noqa: E402
+                       runner_of)
+
+
+def kernel_notes(source: str) -> dict[str, str]:
+    """Kernel name -> the first comment inside its body (or '')."""
+    out: dict[str, str] = {}
+    for m in re.finditer(r"GC_KERNEL (\w+)\(", source):
+        body = source[m.end():m.end() + 4000]
+        c = re.search(r"/\* (.*?) \*/|// (.*)", body)
+        nxt = body.find("GC_KERNEL")
+        if c and (nxt < 0 or c.start() < nxt):
+            out[m.group(1)] = (c.group(1) or c.group(2) or "").strip()
+        else:
+            out[m.group(1)] = ""
+    return out
+
+
+def graph_ms(runner: Any, reps: int = 20) -> float:
+    """Median ms of one replay of the runner's captured graph, between two CUDA events."""
+    drv = runner.driver
+    d, stream, ok = drv.d, drv.stream, drv._ok
+    drv._current()
+    a, b = (ok(d.cuEventCreate(0), "cuEventCreate") for _ in range(2))
+    times = []
+    for _ in range(reps):
+        ok(d.cuEventRecord(a, stream), "cuEventRecord")
+        drv.replay(runner.graph)
+        ok(d.cuEventRecord(b, stream), "cuEventRecord")
+        ok(d.cuStreamSynchronize(stream), "cuStreamSynchronize")
+        times.append(ok(d.cuEventElapsedTime(a, b), "cuEventElapsedTime"))
+    d.cuEventDestroy(a)
+    d.cuEventDestroy(b)
+    return float(statistics.median(times))
+
+
+def max_streams() -> int:
+    from gradc.backends.cuda import dag
+    return dag.MAX_STREAMS
+
+
+def one(name: str, batch: int, sums: str, top: int, cache: str | None,
+        streams_ab: bool) -> list[str]:
+    import torch
+
+    model, x, y, axis = make_model(name, batch)
+    g = export_graph(name, model, x, y)
+    xd, yd = x.to("cuda"), y.to("cuda")
+    extra = {"cache_dir": cache} if cache else {}
+    tr = gradc.Trainer(g, gradc.optim.AdamW(1e-3, weight_decay=0.01), loss="cross_entropy",
+                       target="cuda", class_axis=axis, sums=sums, **extra)
+    step = functools.partial(tr.step, x=xd, labels=yd)
+    for _ in range(3):
+        step()
+    ms = []
+    for _ in range(20):
+        t = time.perf_counter()
+        step()
+        ms.append(1e3 * (time.perf_counter() - t))
+    runner = runner_of(tr.executable)
+    replay = graph_ms(runner)
+    chain = ""
+    if streams_ab:  # the same launches captured as one chain (dag.MAX_STREAMS = 1)
+        from gradc.backends.cuda import dag
+        keep, dag.MAX_STREAMS = dag.MAX_STREAMS, 1
+        graph = runner.graph
+        runner.graph = runner.driver.capture(runner.functions, runner.arena,
+                                             runner.program.dependencies)
+        chain = f", as one chain of launches {graph_ms(runner):.3f} ms"
+        runner.graph, dag.MAX_STREAMS = graph, keep
+    times = launch_times(runner)
+    notes = kernel_notes(runner.program.source)
+    launches = runner.program.launches
+    lines = [f"## {name}, batch {batch}, sums={sums}", "",
+             f"step {statistics.median(ms):.3f} ms (Trainer.step), graph replay {replay:.3f} ms"
+             f" (a DAG over up to {max_streams()} streams){chain}, "
+             f"{len(launches)} launches one by one {sum(times):.3f} ms", "",
+             "| # | op or group | grid x block | ms | % of one-by-one | kernel note |",
+             "|---:|---|---|---:|---:|---|"]
+    order = np.argsort(times)[::-1][:top]
+    total = sum(times)
+    for i in order:
+        x_ = launches[i]
+        lines.append(f"| {i} | {x_.label[:70]} | {x_.grid} x {x_.block} | {times[i]:.4f} | "
+                     f"{100 * times[i] / total:.1f} | {notes.get(x_.kernel, '')[:110]} |")
+    del tr, runner
+    torch.cuda.empty_cache()
+    return lines + [""]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default="resnet18", help=f"comma-separated, of {MODELS}")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--sums", default="split", choices=("split", "canonical"))
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--cache", default="", help="gradc's CUBIN cache (default: gradc's own)")
+    ap.add_argument("--out", default="", help="also write the tables to this file")
+    ap.add_argument("--chain", action="store_true",
+                    help="also time the step's launches captured as one chain (no DAG)")
+    args = ap.parse_args()
+    out: list[str] = []
+    for name in args.models.split(","):
+        out += one(name, args.batch, args.sums, args.top, args.cache or None, args.chain)
+        print("\n".join(out[-(args.top + 7):]), flush=True)
+    if args.out:
+        Path(args.out).write_text("\n".join(out) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
