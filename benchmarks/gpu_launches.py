@@ -1,17 +1,18 @@
 """Where a cuda training step's time goes, launch by launch (run on the GPU machine).
 
     python3 benchmarks/gpu_launches.py [--models resnet18,unet] [--batch 8] [--sums split]
-        [--top 25] [--cache DIR] [--chain] [--out FILE]
+        [--top 25] [--cache DIR] [--streams 1,2,4,8] [--profile] [--out FILE]
 
 For each model of ``bench_gpu.py`` it builds the same ``Trainer(target="cuda")`` step and
 prints, in one table per model:
 
 - the step as ``Trainer.step`` times it (median of 20), the captured CUDA graph alone (a
   ``cuGraphLaunch`` between two CUDA events, median of 20: the step without the host's work;
-  with ``--chain`` also the same launches captured as one chain instead of the DAG of
-  ``backends/cuda/dag.py``), and the sum of the launches issued one by one (each between two
-  events, so each carries its launch gap): the differences are the host's share, the launch
-  gaps and what the DAG's overlap saves;
+  with ``--streams`` also the same launches captured over other numbers of streams, 1 being
+  one chain instead of the DAG of ``backends/cuda/dag.py``), and the sum of the launches
+  issued one by one (each between two events, so each carries its launch gap): the
+  differences are the host's share, the launch gaps and what the DAG's overlap saves;
+  ``--profile`` adds where the host's share goes;
 - the slowest ``--top`` launches: their op or fused group, grid and block, ms, and the first
   comment of the kernel's source (a product's sizes and tile, a split's parts), so the next
   kernel to improve is named with what it computes.
@@ -75,7 +76,7 @@ def max_streams() -> int:
 
 
 def one(name: str, batch: int, sums: str, top: int, cache: str | None,
-        streams_ab: bool) -> list[str]:
+        streams: list[int], profile: bool) -> list[str]:
     import torch
 
     model, x, y, axis = make_model(name, batch)
@@ -95,14 +96,28 @@ def one(name: str, batch: int, sums: str, top: int, cache: str | None,
     runner = runner_of(tr.executable)
     replay = graph_ms(runner)
     chain = ""
-    if streams_ab:  # the same launches captured as one chain (dag.MAX_STREAMS = 1)
+    for n in streams:  # the same launches captured over n streams (1: one chain)
         from gradc.backends.cuda import dag
-        keep, dag.MAX_STREAMS = dag.MAX_STREAMS, 1
+        keep, dag.MAX_STREAMS = dag.MAX_STREAMS, n
         graph = runner.graph
         runner.graph = runner.driver.capture(runner.functions, runner.arena,
                                              runner.program.dependencies)
-        chain = f", as one chain of launches {graph_ms(runner):.3f} ms"
+        chain += f", over {n} stream{'s' if n > 1 else ''} {graph_ms(runner):.3f} ms"
         runner.graph, dag.MAX_STREAMS = graph, keep
+    host = []
+    if profile:  # where the host's share of a step goes
+        import cProfile
+        import io
+        import pstats
+        pr = cProfile.Profile()
+        pr.enable()
+        for _ in range(20):
+            step()
+        pr.disable()
+        buf = io.StringIO()
+        pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(12)
+        host = ["", "Host profile of 20 steps (cProfile, by own time):", "", "```",
+                *buf.getvalue().strip().splitlines()[-16:], "```"]
     times = launch_times(runner)
     notes = kernel_notes(runner.program.source)
     launches = runner.program.launches
@@ -120,7 +135,7 @@ def one(name: str, batch: int, sums: str, top: int, cache: str | None,
                      f"{100 * times[i] / total:.1f} | {notes.get(x_.kernel, '')[:110]} |")
     del tr, runner
     torch.cuda.empty_cache()
-    return lines + [""]
+    return lines + host + [""]
 
 
 def main() -> int:
@@ -131,13 +146,17 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--cache", default="", help="gradc's CUBIN cache (default: gradc's own)")
     ap.add_argument("--out", default="", help="also write the tables to this file")
-    ap.add_argument("--chain", action="store_true",
-                    help="also time the step's launches captured as one chain (no DAG)")
+    ap.add_argument("--streams", default="",
+                    help="also time the step's graph captured over these numbers of streams "
+                         "(comma-separated; 1: one chain of launches, no DAG)")
+    ap.add_argument("--profile", action="store_true",
+                    help="also profile the host's side of 20 steps (cProfile)")
     args = ap.parse_args()
     out: list[str] = []
     for name in args.models.split(","):
-        out += one(name, args.batch, args.sums, args.top, args.cache or None, args.chain)
-        print("\n".join(out[-(args.top + 7):]), flush=True)
+        out += one(name, args.batch, args.sums, args.top, args.cache or None,
+                   [int(n) for n in args.streams.split(",") if n], args.profile)
+        print("\n".join(out[-(args.top + 30):]), flush=True)
     if args.out:
         Path(args.out).write_text("\n".join(out) + "\n")
     return 0

@@ -23,13 +23,17 @@ def static_signature(graph: Graph) -> list[tuple[str, np.dtype, tuple[int, ...]]
             for v in graph.inputs]
 
 
-def _exact(spec: list[tuple[str, np.dtype, tuple[int, ...]]], arrays: Mapping[str, Any],
-           contiguous: bool, own: tuple[type, ...] = ()) -> bool:
+def _exact(spec: list[tuple[str, np.dtype, tuple[int, ...]]], arrays: dict[str, Any],
+           contiguous: bool, own: tuple[type, ...] = (),
+           foreign: Callable[[Any], Any] | None = None) -> bool:
     """True when the arrays are exactly the inputs of a static signature: the same names,
-    plain ndarrays of the input's dtype and shape (C-contiguous if asked), or arrays of the
-    target's ``own`` types (always contiguous) of that dtype and shape."""
+    plain ndarrays of the input's dtype and shape (C-contiguous if asked), arrays of the
+    target's ``own`` types (always contiguous) of that dtype and shape, or other arrays the
+    target takes (``foreign``) whose description matches -- each replaced in ``arrays`` by
+    its description, as the checks below do."""
     if len(arrays) != len(spec):
         return False
+    described: dict[str, Any] = {}
     for name, dtype, shape in spec:
         a = arrays.get(name)
         t = type(a)
@@ -37,8 +41,19 @@ def _exact(spec: list[tuple[str, np.dtype, tuple[int, ...]]], arrays: Mapping[st
             if a.shape != shape or a.dtype != dtype or (contiguous and  # type: ignore[union-attr]
                                                          not a.flags.c_contiguous):  # type: ignore[union-attr]
                 return False
-        elif t not in own or a.shape != shape or a.dtype != dtype:  # type: ignore[union-attr]
+        elif t in own:
+            if a.shape != shape or a.dtype != dtype:  # type: ignore[union-attr]
+                return False
+        elif foreign is not None and a is not None and not isinstance(a, (np.ndarray,
+                                                                          np.generic)):
+            d = foreign(a)
+            if d is None or tuple(d.shape) != shape or d.dtype != dtype or (
+                    contiguous and not d.flags.c_contiguous):
+                return False
+            described[name] = d
+        else:
             return False
+    arrays.update(described)  # only when every array passed (else the checks describe them)
     return True
 
 
@@ -57,7 +72,7 @@ def bind_inputs(graph: Graph, arrays: Mapping[str, Any], shapes: Mapping[str, in
     in ``arrays``. ``own``: the target's own array types (``Lowered.own``), taken as they are
     by the static fast path (the runner reads them itself)."""
     bindings: dict[str, int] = dict(shapes or {})
-    if spec is not None and _exact(spec, arrays, contiguous, own):
+    if spec is not None and _exact(spec, arrays, contiguous, own, foreign):  # type: ignore[arg-type]
         return bindings
     names = [v.name for v in graph.inputs]
     extra = sorted(set(arrays) - set(names))

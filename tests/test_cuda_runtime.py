@@ -112,6 +112,15 @@ def test_device_arrays_passed_back_skip_the_checks_only_when_they_match(cache, m
         ex(w=loss, g=g)
     assert described == [loss]
     assert_bits(np.asarray(state), np.full((3, 4), -1.5, np.float32))
+    # another library's array beside the state (a training batch on the GPU): described
+    # alone, the state still passes as it is
+    described.clear()
+    batch = _CpuDLPack(g)
+    ex(w=state, g=batch)
+    assert described == [batch]
+    with pytest.raises(InputError, match=r"input 'g': expected shape \(3, 4\), got \(4, 3\)"):
+        ex(w=state, g=_CpuDLPack(np.ones((4, 3), np.float32)))
+    assert_bits(np.asarray(state), np.full((3, 4), -2.0, np.float32))
 
 
 class _CpuDLPack:
