@@ -33,6 +33,12 @@ SHARED = 227 * 1024  # shared memory per SM a kernel may use
 SHARED_BLOCK = 48 * 1024  # static shared memory of one block
 INT31 = (1 << 31) - 1
 CHUNK_LATENCY = 500  # clocks: a chunk's loads from L2 must hide behind the previous chunk
+# What a chunk cost on the H200 with one block per SM (benchmarks/gpu_launches.py, resnet18 at
+# batch 8: 1,900-3,700 clocks per chunk of products of 2,048-2,304 terms into 8k-33k outputs,
+# where the model with CHUNK_LATENCY said 300-500): the staging's global loads, its index
+# arithmetic and the barrier are exposed when few warps share an SM. ``choose_split`` weighs
+# splits with it (the tiles of the canonical order, and so the golden files, keep the other).
+SPLIT_CHUNK_LATENCY = 2400
 
 Lines = list[str]
 
@@ -157,8 +163,9 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def cost(p: Product, t: Tile) -> float:
-    """Estimated clocks of the busiest SM (see the module docstring)."""
+def cost(p: Product, t: Tile, latency: int = CHUNK_LATENCY) -> float:
+    """Estimated clocks of the busiest SM (see the module docstring); ``latency``: a chunk's
+    exposed clocks (``CHUNK_LATENCY``, or ``SPLIT_CHUNK_LATENCY`` for split decisions)."""
     word = 2 if p.acc == "double" else 1
     if t == DIRECT:
         outs = p.z * p.m * p.n
@@ -184,12 +191,11 @@ def cost(p: Product, t: Tile) -> float:
     staging = ((t.bm * (p.a.cost + 2) + t.bn * (p.b.cost + 3)) * t.bk / BLOCK + 40) / t.bk
     issue = warps * (fp * word + loads) + resident * BLOCK // 32 * staging  # all schedulers
     # a computing warp's own chain: its instructions, or the dependent additions (4 clocks)
-    per_kk = max(issue / 4, warps * wf, fp + loads + staging + 2, 4 * 1.15,
-                 CHUNK_LATENCY / t.bk)
+    per_kk = max(issue / 4, warps * wf, fp + loads + staging + 2, 4 * 1.15, latency / t.bk)
     return waves * cdiv(p.k, t.bk) * t.bk * per_kk
 
 
-def choose(p: Product) -> Tile:
+def choose(p: Product, latency: int = CHUNK_LATENCY) -> Tile:
     """The cheapest tile for a product (``DIRECT`` when a side has at most two rows); of tiles
     that cost about the same, the one that computes fewer outputs past the edges."""
     if min(p.m, p.n) <= 2:
@@ -197,7 +203,7 @@ def choose(p: Product) -> Tile:
 
     def key(t: Tile) -> float:
         padded = cdiv(p.m, t.bm) * t.bm * cdiv(p.n, t.bn) * t.bn
-        return cost(p, t) * (1.2 - 0.2 * p.m * p.n / padded)
+        return cost(p, t, latency) * (1.2 - 0.2 * p.m * p.n / padded)
     return min(tiles(p.acc), key=key)
 
 
@@ -218,7 +224,7 @@ def split_cost(p: Product, t: Tile, parts: int) -> float:
     sub = replace(p, z=p.z * cdiv(p.k, length), k=length)
     word = 8 if p.acc == "double" else 4
     traffic = (2 * parts + 1) * p.z * p.m * p.n * word
-    return cost(sub, t) + traffic / (SMS * BYTES_PER_CLOCK) + LAUNCH_CLOCKS
+    return cost(sub, t, SPLIT_CHUNK_LATENCY) + traffic / (SMS * BYTES_PER_CLOCK) + LAUNCH_CLOCKS
 
 
 def choose_split(p: Product) -> tuple[Tile, int]:
@@ -230,11 +236,11 @@ def choose_split(p: Product) -> tuple[Tile, int]:
     canonical order (``tiled.py``), so results are reproducible and within SPEC-training.md
     §9.5's bound."""
     best, parts = choose(p), 1
-    best_cost = cost(p, best) / SPLIT_GAIN
+    best_cost = cost(p, best, SPLIT_CHUNK_LATENCY) / SPLIT_GAIN
     for n in SPLIT_PARTS:
         if cdiv(p.k, n) < SPLIT_MIN_TERMS:
             break
-        t = choose(replace(p, z=p.z * n, k=cdiv(p.k, n)))
+        t = choose(replace(p, z=p.z * n, k=cdiv(p.k, n)), SPLIT_CHUNK_LATENCY)
         c = split_cost(p, t, n)
         if c < best_cost:
             best, parts, best_cost = t, n, c
