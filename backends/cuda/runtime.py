@@ -67,7 +67,10 @@ class CudaRunner:
         # ResourceError, naming the graph's largest value)
         self.graph: Any = None
         self._staging: tuple[int, int] | None = None  # (address, bytes) for in-arena sources
-        self._views: dict[int, DeviceArray] = {}  # output index -> its view (one object)
+        # the outputs in order: name -> its DeviceArray view, or None for one downloaded
+        # (``_outputs``), and (name, address, shape, dtype) of each downloaded one
+        self._template: dict[str, DeviceArray | None] | None = None
+        self._downloads: list[tuple[str, int, tuple[int, ...], Any]] = []
         self._lock = threading.Lock()  # one call at a time: the arena is shared
 
     def download(self, dst: np.ndarray, src: int) -> None:
@@ -84,14 +87,19 @@ class CudaRunner:
             if not self.arena:
                 self.arena = self.driver.alloc(self.arena_bytes)
                 weakref.finalize(self, self.driver.free, self.arena)
-            self._inputs(arrays)
+            others = self._inputs(arrays)
             if self.graph is None and self.functions:
                 self.graph = self.driver.capture(self.functions, self.arena,
                                                  self.program.dependencies)
             if self.graph is not None:
                 self.driver.replay(self.graph)
             self._raise_input_error()
-            return self._outputs()
+            out = self._outputs()
+            if others and not self._downloads and self.program.error_offset is None:
+                # the caller may free its arrays once the call returns (a download, here of
+                # an output or of the error record, has waited for the stream already)
+                self.driver.synchronize()
+            return out
 
     def _raise_input_error(self) -> None:
         """InputError when a range check of this call found an index out of range (its record
@@ -103,7 +111,9 @@ class CudaRunner:
         if record[0]:
             raise InputError(record_message(record.tolist()))
 
-    def _inputs(self, arrays: Mapping[str, Any]) -> None:
+    def _inputs(self, arrays: Mapping[str, Any]) -> bool:
+        """Put the call's arrays in their slots; True when one is another library's (the
+        call must then wait for the stream before it returns)."""
         p, d = self.program, self.driver
         staged: list[tuple[int, int, int]] = []  # (slot, source, bytes) of in-arena sources
         later: list[tuple[int, Any]] = []
@@ -141,8 +151,7 @@ class CudaRunner:
                 d.copy(slot, a.ptr, int(np.prod(a.shape, dtype=np.int64)) * a.dtype.itemsize)
             else:
                 d.copy(slot, a[0], a[1])
-        if others:
-            d.synchronize()  # the caller may free its arrays once the call returns
+        return others
 
     def _stage(self, nbytes: int) -> int:
         """A device buffer of at least ``nbytes`` for sources inside the arena."""
@@ -153,21 +162,26 @@ class CudaRunner:
         return self._staging[0]
 
     def _outputs(self) -> dict[str, Any]:
-        p = self.program
-        out: dict[str, Any] = {}
-        for j, v in enumerate(p.outputs):
-            addr = self.arena + p.output_offsets[j]
-            shape = p.output_shapes[j]
-            if v.name in self.keep:
-                view = self._views.get(j)
-                if view is None or view.ptr != addr:
-                    view = DeviceArray(addr, shape, v.type.dtype.numpy, self, self.on_device)
-                    self._views[j] = view
-                out[v.name] = view
-            else:
-                a = np.empty(shape, v.type.dtype.numpy)
-                self.driver.download(a, addr)
-                out[v.name] = a
+        """The outputs by name, in the program's order: a ``DeviceArray`` view for those kept
+        on the device (one object per output: the arena never moves), a NumPy copy of the
+        others. The views and the copies' places are worked out on the first call."""
+        if self._template is None:
+            p = self.program
+            self._template, self._downloads = {}, []
+            for j, v in enumerate(p.outputs):
+                addr = self.arena + p.output_offsets[j]
+                shape, dtype = p.output_shapes[j], v.type.dtype.numpy
+                if v.name in self.keep:
+                    self._template[v.name] = DeviceArray(addr, shape, dtype, self,
+                                                         self.on_device)
+                else:
+                    self._template[v.name] = None
+                    self._downloads.append((v.name, addr, shape, dtype))
+        out: dict[str, Any] = dict(self._template)
+        for name, addr, shape, dtype in self._downloads:
+            a = np.empty(shape, dtype)
+            self.driver.download(a, addr)
+            out[name] = a
         return out
 
 
