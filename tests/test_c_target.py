@@ -231,8 +231,9 @@ def test_reduce_sum_interleaved_chains_keep_the_canonical_order(cache, dtype):
     rng = np.random.default_rng(11)
     for c in (19, 8, 3, 70, 1203):   # 1203: over GC_PAR_MIN, the block axis split by thread
         v = data(rng, dtype, (2, c, 3, 5), special=False)
-        if np.dtype(dtype).kind == "f":
-            v = (v * 10.0 ** rng.integers(-4, 5, v.shape)).astype(dtype)
+        if np.dtype(dtype).kind == "f":  # float16 elements past 65504 become infinities
+            with np.errstate(over="ignore"):
+                v = (v * 10.0 ** rng.integers(-4, 5, v.shape)).astype(dtype)
         check(ex, {"x": v})
 
 

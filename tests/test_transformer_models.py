@@ -238,7 +238,7 @@ def torch_losses(model: Any, data: list, total: int) -> list[float]:
         torch.nn.utils.clip_grad_norm_(params, CLIP)
         opt.step()
         sched.step()
-        out.append(float(loss))
+        out.append(float(loss.detach()))
     return out
 
 

@@ -129,7 +129,7 @@ def torch_step(c: Case) -> tuple[float, dict[str, np.ndarray]]:
     loss.backward()
     grads = {n: p.grad.detach().numpy().copy() for n, p in c.model.named_parameters()
              if p.grad is not None}
-    return float(loss), grads
+    return float(loss.detach()), grads
 
 
 def loss_graph(g: gradc.Graph, labels_shape: tuple) -> gradc.Graph:
