@@ -125,7 +125,7 @@ class Trainer:
         one compiled with the symbols free (or without any)."""
         return dict(self._compiled.executables)
 
-    def executable_for(self, **batch: Any) -> Executable:
+    def executable_for(self, /, **batch: Any) -> Executable:
         """The compiled step for the sizes of ``batch`` (arrays as ``step`` takes them; only
         their shapes are read), compiled now unless it was before: ``gradc train`` compiles
         its batch sizes before the first step."""

@@ -165,5 +165,8 @@ def test_an_input_named_self_is_fed_by_name():
     w = g.parameter("w", np.ones((3, 3), F32))
     g.output(ops.gemm(x, w), "y")
     t = gradc.Trainer(g, SGD(0.1), loss="mse", target="numpy")
+    # executable_for too (fuzz seed 13131: `gradc train` of such a model exited 70 there)
+    assert t.executable_for(self=np.ones((2, 3), F32),
+                            target=np.zeros((2, 3), F32)) is t.executable
     loss = t.step(self=np.ones((2, 3), F32), target=np.zeros((2, 3), F32))
     assert loss == 9.0 and t.steps == 1
