@@ -71,16 +71,31 @@ def test_streams_meet_every_dependency(launches, streams):
     deps = dag.dependencies(launches)
     plan = dag.assign_streams(deps, streams)
     assert len({s for s, _ in plan}) <= streams
-    for j, ((s, waits), ds) in enumerate(zip(plan, deps)):
-        for d in ds:  # on the same stream (earlier), or waited for
-            assert plan[d][0] == s or d in waits, (j, d)
-        assert set(waits) <= set(ds)
+    # what the streams and their waits order: each launch follows its stream's previous
+    # launch and the launches it waits for, and everything those follow
+    after: list[set[int]] = []
+    last: dict[int, int] = {}
+    for j, (s, waits) in enumerate(plan):
+        direct = set(waits) | ({last[s]} if s in last else set())
+        after.append(direct.union(*(after[d] for d in direct)))
+        last[s] = j
+        assert set(waits) <= set(deps[j])
+        assert set(deps[j]) <= after[j], (j, deps[j], after[j])  # every dependency met
 
 
 def test_one_stream_is_the_chain_of_launches():
     deps = [(), (), (0,), ()]
     assert dag.assign_streams(deps, 1) == [(0, ()), (0, ()), (0, ()), (0, ())]
     assert dag.assign_streams(deps, 8) == [(0, ()), (1, ()), (0, ()), (2, ())]
+
+
+def test_implied_dependencies_are_not_waited_for():
+    # 3 on 2's stream, after 2, which waited for 0: 0, 1 and 2 are all behind it
+    assert dag.assign_streams([(), (), (0, 1), (0, 1, 2)], 4) == [
+        (0, ()), (1, ()), (1, (0,)), (1, ())]
+    # 4 on 3's stream waits for 2 alone: 0 is behind 2
+    assert dag.assign_streams([(), (), (0,), (1,), (2, 3, 0)], 4) == [
+        (0, ()), (1, ()), (0, ()), (1, ()), (1, (2,))]
 
 
 def test_random_orders_respect_the_dependencies():

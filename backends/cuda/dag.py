@@ -89,10 +89,11 @@ def assign_streams(deps: Sequence[Sequence[int]], streams: int = MAX_STREAMS
     """Per launch, (its stream, the launches on other streams it waits for): a launch goes on
     the stream whose last launch is its latest dependency, else on a new stream, else (all in
     use) on the stream idle longest -- which orders it after that stream's last launch too,
-    an edge more than needed, never one less. A dependency on the same stream is implied by
-    the stream's order and is not waited for."""
+    an edge more than needed, never one less. A dependency already implied is not waited for:
+    one the stream's earlier launches follow (the stream's order), or one that another
+    dependency follows (waiting for the later one waits for both)."""
     last: list[int] = []  # stream -> its last launch
-    stream_of: list[int] = []
+    before: list[int] = []  # launch -> bit set of every launch it follows, through any chain
     out: list[tuple[int, tuple[int, ...]]] = []
     for j, ds in enumerate(deps):
         on = [s for s in range(len(last)) if last[s] in ds]
@@ -103,8 +104,17 @@ def assign_streams(deps: Sequence[Sequence[int]], streams: int = MAX_STREAMS
             last.append(-1)
         else:
             s = min(range(len(last)), key=lambda s: last[s])
-        out.append((s, tuple(d for d in ds if stream_of[d] != s)))
-        stream_of.append(s)
+        prev = last[s]
+        implied = before[prev] | 1 << prev if prev >= 0 else 0
+        reach = 0
+        for d in ds:
+            reach |= before[d]
+        waits = tuple(d for d in ds if not (implied | reach) >> d & 1)
+        mine = implied
+        for d in waits:
+            mine |= before[d] | 1 << d
+        before.append(mine)
+        out.append((s, waits))
         last[s] = j
     return out
 
