@@ -68,6 +68,8 @@ def _swap_source(v: Value, rw: Rewriter) -> tuple[Value, int, tuple[int, ...]] |
     if t is None:
         return None
     perm = tuple(t.attrs["permutation"])
+    if len(perm) < 2:  # a transpose of a vector swaps nothing (reshaped into a matrix after)
+        return None
     q = then_swap(perm)
     k = len(v.type.shape) - len(inner.type.shape)
     if q[-1] != len(perm) - 1 or (k and not is_swap(perm)):

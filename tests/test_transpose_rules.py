@@ -94,3 +94,13 @@ def test_shared_values_are_left_alone() -> None:
         g.output(y, "y")
         g.output(ops.transpose(y, (1, 0)), "yt")
     check(g, {"a": specials((4, 3), 6), "b": specials((3, 5), 7)}, 0)
+
+
+def test_a_vector_transpose_reshaped_into_an_operand_is_left_alone() -> None:
+    """A rank-1 transpose (the identity) reshaped into a gemm operand has no last two axes to
+    swap (fuzz seed 14141: IndexError in ``then_swap`` on an imported model's gradient)."""
+    g = gradc.Graph("vector")
+    a, w = g.input("a", "float32", (4, 2)), g.input("w", "float32", (2,))
+    with g:
+        g.output(ops.gemm(a, ops.reshape(ops.transpose(w, (0,)), (2, 1))), "y")
+    check(g, {"a": specials((4, 2), 8), "w": specials((2,), 9)}, 0)
