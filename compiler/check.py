@@ -215,7 +215,10 @@ def finite_differences(g: Graph, shapes: Mapping[str, int], seed: int = 0,
 
     def loss(f: dict) -> float:
         out = fwd(**f)
-        return sum(float(np.sum(out[name].astype(np.float64) * c)) for name, c in cot.items())
+        # an output near the float64 limit overflows here: a non-finite loss is skipped below
+        with np.errstate(over="ignore", invalid="ignore"):
+            return sum(float(np.sum(out[name].astype(np.float64) * c))
+                       for name, c in cot.items())
 
     rows = []
     base = loss(values)
