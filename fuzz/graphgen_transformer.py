@@ -130,8 +130,11 @@ class TransformerOpsMixin:
         nrng = np.random.default_rng(self.rng.getrandbits(32))
         arr = nrng.integers(-n, n, shape).astype(dtype)
         if self.rng.random() < 0.15:
-            bad = self.rng.choice((n, -n - 1, n + 5, np.iinfo(dtype).max, np.iinfo(dtype).min))
-            arr.reshape(-1)[self.rng.randrange(max(1, arr.size))] = bad
+            info = np.iinfo(dtype)
+            bad = self.rng.choice((n, -n - 1, n + 5, info.max, info.min))
+            # a huge dim's n is past int32: the nearest value the dtype holds (still bad)
+            arr.reshape(-1)[self.rng.randrange(max(1, arr.size))] = min(max(bad, info.min),
+                                                                        info.max)
         outs = self.rec.op("constant", [], {"value": arr})
         return outs[0] if outs else None
 
