@@ -347,6 +347,23 @@ def gemms(dtype: str) -> Case:
     return make
 
 
+def _mvn_outputs(x, dx3, s, b, q, dq, variants: dict) -> dict:
+    """The outputs of a normalization case: ``mvn_ln`` (layer norm of ``x`` with scale ``s``
+    and bias ``b``) and ``mvn_<key>`` per variant of ``q`` -- key -> (scale, bias, keyword
+    arguments, gradient's scale, gradient's keyword arguments) -- then ``mvn_{dx,ds,db}_<key>``
+    of the gradient of each (``ln``'s with ``dx3``, the others' with ``dq``)."""
+    mvn, grad = ops.mean_variance_normalization, ops.mean_variance_normalization_grad
+    r = {"mvn_ln": mvn(x, s, b)}
+    pairs = {"ln": (x, dx3, s, {})}
+    for key, (sc, bias, kw, gsc, gkw) in variants.items():
+        r[f"mvn_{key}"] = mvn(q, sc, bias, **kw)
+        pairs[key] = (q, dq, gsc, gkw)
+    for key, (a, d, sc, kw) in pairs.items():
+        for name, val in zip(("dx", "ds", "db"), grad(a, d, sc, **kw)):
+            r[f"mvn_{name}_{key}"] = val
+    return r
+
+
 def normalization(dtype: str) -> Case:
     """mean_variance_normalization and its gradient (SPEC-transformers §24): layer norm over
     the last axis (300 groups: a partial last block), axes not last with a scale of lower rank,
@@ -356,20 +373,14 @@ def normalization(dtype: str) -> Case:
         rng = np.random.default_rng(RNG_SEED)
 
         def fn(x, dx3, s, b, w, q, dq, v, u):
-            mvn, grad = ops.mean_variance_normalization, ops.mean_variance_normalization_grad
-            r = {"mvn_ln": mvn(x, s, b), "mvn_axes": mvn(q, w, None, axes=(0, 2)),
-                 "mvn_rms": mvn(q, v, v, axes=(2,), use_mean=False, epsilon=0.5),
-                 "mvn_mean": mvn(q, None, None, axes=(1, 2), use_variance=False),
-                 "mvn_none": mvn(q, w, None, axes=(0,), use_mean=False, use_variance=False)}
-            for key, (a, d, sc, kw) in {
-                    "ln": (x, dx3, s, {}), "axes": (q, dq, w, {"axes": (0, 2)}),
-                    "rms": (q, dq, v, {"use_mean": False}),
-                    "mean": (q, dq, u, {"axes": (1, 2), "use_variance": False}),
-                    "none": (q, dq, w, {"axes": (1,), "use_mean": False,
-                                        "use_variance": False})}.items():
-                for name, val in zip(("dx", "ds", "db"), grad(a, d, sc, **kw)):
-                    r[f"mvn_{name}_{key}"] = val
-            return r
+            return _mvn_outputs(x, dx3, s, b, q, dq, {
+                "axes": (w, None, {"axes": (0, 2)}, w, {"axes": (0, 2)}),
+                "rms": (v, v, {"axes": (2,), "use_mean": False, "epsilon": 0.5},
+                        v, {"use_mean": False}),
+                "mean": (None, None, {"axes": (1, 2), "use_variance": False},
+                         u, {"axes": (1, 2), "use_variance": False}),
+                "none": (w, None, {"axes": (0,), "use_mean": False, "use_variance": False},
+                         w, {"axes": (1,), "use_mean": False, "use_variance": False})})
         shapes = {"x": (300, 3), "dx3": (300, 3), "s": (3,), "b": (3,), "w": (4, 1),
                   "q": (3, 4, 5), "dq": (3, 4, 5), "v": (5,), "u": (1,)}
         g = _graph(f"mvn_{dtype}", {k: (dtype, sh) for k, sh in shapes.items()}, fn)
@@ -391,20 +402,14 @@ def normalization_rows(dtype: str) -> Case:
         rng = np.random.default_rng(RNG_SEED)
 
         def fn(x, dx3, s, b, w, q, dq, u):
-            mvn, grad = ops.mean_variance_normalization, ops.mean_variance_normalization_grad
-            r = {"mvn_ln": mvn(x, s, b), "mvn_axes": mvn(q, w, None, axes=(1, 2)),
-                 "mvn_rms": mvn(q, w, w, axes=(1,), use_mean=False, epsilon=0.5),
-                 "mvn_mean": mvn(q, None, None, axes=(1, 2), use_variance=False),
-                 "mvn_none": mvn(q, w, None, axes=(1,), use_mean=False, use_variance=False)}
-            for key, (a, d, sc, kw) in {
-                    "ln": (x, dx3, s, {}), "axes": (q, dq, w, {"axes": (1, 2)}),
-                    "rms": (q, dq, w, {"axes": (1,), "use_mean": False}),
-                    "mean": (q, dq, u, {"axes": (1, 2), "use_variance": False}),
-                    "none": (q, dq, w, {"axes": (1,), "use_mean": False,
-                                        "use_variance": False})}.items():
-                for name, val in zip(("dx", "ds", "db"), grad(a, d, sc, **kw)):
-                    r[f"mvn_{name}_{key}"] = val
-            return r
+            return _mvn_outputs(x, dx3, s, b, q, dq, {
+                "axes": (w, None, {"axes": (1, 2)}, w, {"axes": (1, 2)}),
+                "rms": (w, w, {"axes": (1,), "use_mean": False, "epsilon": 0.5},
+                        w, {"axes": (1,), "use_mean": False}),
+                "mean": (None, None, {"axes": (1, 2), "use_variance": False},
+                         u, {"axes": (1, 2), "use_variance": False}),
+                "none": (w, None, {"axes": (1,), "use_mean": False, "use_variance": False},
+                         w, {"axes": (1,), "use_mean": False, "use_variance": False})})
         shapes = {"x": (5, 200), "dx3": (5, 200), "s": (200,), "b": (200,), "w": (130, 1),
                   "q": (2, 130, 3), "dq": (2, 130, 3), "u": (1,)}
         g = _graph(f"mvnrows_{dtype}", {k: (dtype, sh) for k, sh in shapes.items()}, fn)

@@ -69,13 +69,6 @@ def dependencies(launches: Sequence[Access]) -> list[tuple[int, ...]]:
     return out
 
 
-def topological_orders_agree(deps: Sequence[Sequence[int]], order: Sequence[int]) -> bool:
-    """True when ``order`` (a permutation of the launches) runs every launch after its
-    dependencies."""
-    at = {j: i for i, j in enumerate(order)}
-    return len(at) == len(deps) and all(at[d] < at[j] for j, ds in enumerate(deps) for d in ds)
-
-
 # Streams a step's graph is spread over (1: the plain chain of launches). Measured on the H200
 # (benchmarks/gpu_launches.py --streams 1,4,8, batch 8, graph replay ms): resnet18 1.641 /
 # 1.635 / 1.636, mobilenet_v2 1.437 / 1.484 / 1.577, the UNet 0.905 / 0.926 / 0.928,
