@@ -111,14 +111,18 @@ def one_hot(dtype: str) -> Case:
 
 
 def slice_grad_fused(dtype: str) -> Case:
-    """A strided, reversed window with a prologue and an epilogue; and slice_grad alone."""
+    """A strided, reversed window with a prologue and an epilogue; and slice_grad alone,
+    into a small and a wide dX."""
     def make() -> tuple[gradc.Graph, dict[str, np.ndarray]]:
         rng = np.random.default_rng(RNG_SEED)
 
         def fn(y, dy, q):
             d = ops.slice_grad(ops.relu_grad(y, dy), (2, 7, 4), (0, 1, 0), (2, 6, 4), (1, 2, -1))
             return {"dx": ops.clip_grad(q, d, -1.0, 1.0),
-                    "alone": ops.slice_grad(dy, (2, 7, 5), (0, 0, 1), (2, 7, 4), (1, 3, 1))}
+                    "alone": ops.slice_grad(dy, (2, 7, 5), (0, 0, 1), (2, 7, 4), (1, 3, 1)),
+                    # several blocks of VEC elements per thread, the last one ragged
+                    "wide": ops.slice_grad(dy, (3, 37, 29), (1, 2, 10), (2, 33, 12),
+                                           (1, 11, 3))}
         g = _graph(f"sg_{dtype}", {"y": (dtype, (2, 3, 4)), "dy": (dtype, (2, 3, 4)),
                                    "q": (dtype, (2, 7, 4))}, fn)
         return g, {k: _special(rng, dtype, s) for k, s in

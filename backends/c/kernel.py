@@ -33,6 +33,9 @@ class Kernel:
     read: set[str] = field(default_factory=set)  # parameters that the body uses
     epilogue: str | None = None  # "relu": applied to each result as it is stored (emit.py)
     scalar: Mapping[str, Scalar] | None = None  # the expressions' dialect (None: SCALAR, C's)
+    # derive coordinates in unsigned 32-bit arithmetic where the shape has fewer than 2**31
+    # elements (the CUDA target: a GPU divides 64-bit integers in software)
+    narrow_index: bool = False
 
     def param(self, v: Value) -> str:
         """The parameter holding ``v``, noted as used by the body."""
@@ -58,6 +61,16 @@ def padded(shape: Sequence[Dim], rank: int) -> tuple[Dim, ...]:
     return (1,) * (rank - len(shape)) + tuple(shape)
 
 
+NARROW = 1 << 31  # shapes with fewer elements may index in unsigned 32-bit arithmetic
+
+
+def _prod(sizes: Sequence[int]) -> int:
+    n = 1
+    for s in sizes:
+        n *= s
+    return n
+
+
 class FlatCtx:
     """An element of ``shape`` given by its flat index; operands broadcast to it.
 
@@ -65,8 +78,10 @@ class FlatCtx:
     division on first use and emitted into ``gen.lines`` before the load that needs them.
     """
 
-    def __init__(self, dims: Dims, shape: Sequence[Dim], flat: str, prefix: str) -> None:
+    def __init__(self, dims: Dims, shape: Sequence[Dim], flat: str, prefix: str,
+                 narrow: bool = False) -> None:
         self.dims = dims
+        self.narrow = narrow
         self.shape = tuple(shape)
         self.flat = flat
         self.prefix = prefix
@@ -92,8 +107,13 @@ class FlatCtx:
         if name not in self._coords:
             assert self.gen is not None
             st = strides(self.dims, self.shape)
-            self.gen.lines.append(f"const int64_t {name} = ({self.flat}) / {st[k]} % "
-                                  f"{self.dims.expr(self.shape[k])};")
+            sizes = [s for s in (self.dims.static(d) for d in self.shape) if s is not None]
+            if self.narrow and len(sizes) == len(self.shape) and _prod(sizes) < NARROW:
+                self.gen.lines.append(f"const int64_t {name} = (int64_t)((uint32_t)"
+                                      f"({self.flat}) / {st[k]}u % {sizes[k]}u);")
+            else:
+                self.gen.lines.append(f"const int64_t {name} = ({self.flat}) / {st[k]} % "
+                                      f"{self.dims.expr(self.shape[k])};")
             self._coords.add(name)
         return name
 
@@ -102,7 +122,7 @@ def ctx_gen(k: Kernel, shape: Sequence[Dim], flat: str, loads: dict[Value, str],
             fixed: dict[Value, str] | None = None, prefix: str = "t") -> ExprGen:
     """An ExprGen of kernel ``k`` whose loads index ``loads[value]`` at element ``flat`` of
     ``shape`` (the parameters it loads from are noted in ``k.read``)."""
-    ctx = FlatCtx(k.dims, shape, flat, prefix)
+    ctx = FlatCtx(k.dims, shape, flat, prefix, k.narrow_index)
     gen = ExprGen({v: (p, ctx.offset) for v, p in loads.items()}, fixed, prefix, k.read,
                   k.scalar)
     ctx.gen = gen

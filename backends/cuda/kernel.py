@@ -19,7 +19,7 @@ from typing import Iterator, Mapping, Sequence
 from gradc.errors import UnsupportedError
 from gradc.ir.types import Dim
 
-from gradc.backends.c.kernel import Kernel
+from gradc.backends.c.kernel import NARROW, Kernel
 from gradc.backends.c.writer import CWriter
 from gradc.backends.c.scalar import Scalar
 from gradc.backends.cuda.scalar import CUDA_SCALAR
@@ -75,6 +75,7 @@ class CudaKernel(Kernel):
     error_at: int | None = None  # arena offset of the error record, if the program has one
     split: bool = False  # sums="split": long sums into few outputs may be split (split.py)
     reordered: bool = False  # set by an emitter that summed in another order than canonical
+    narrow_index: bool = True  # broadcast coordinates in 32-bit arithmetic (c/kernel.py)
 
     def next_launch(self) -> None:
         """Close the current launch; what follows is written into the next one."""
@@ -128,13 +129,27 @@ def coords(k: Kernel, shape: Sequence[Dim], flat: str, prefix: str) -> list[str]
     static); returns their names."""
     sizes = static_shape(k, shape)
     names = []
+    narrow = len(sizes) > 1 and _prod(sizes) < NARROW  # a GPU divides int64 in software
+    if narrow:
+        k.code.line(f"const uint32_t {prefix}_u = (uint32_t)({flat});")
     for a, (size, st) in enumerate(zip(sizes, row_major(sizes))):
-        value = flat if st == 1 else f"{flat} / {st}"
-        if a > 0:
-            value = f"{value} % {size}"
+        if narrow:
+            value = f"{prefix}_u" if st == 1 else f"{prefix}_u / {st}u"
+            value = f"(int64_t)({value} % {size}u)" if a > 0 else f"(int64_t)({value})"
+        else:
+            value = flat if st == 1 else f"{flat} / {st}"
+            if a > 0:
+                value = f"{value} % {size}"
         names.append(f"{prefix}{a}")
         k.code.line(f"const int64_t {names[-1]} = {value};")
     return names
+
+
+def _prod(sizes: Sequence[int]) -> int:
+    n = 1
+    for s in sizes:
+        n *= s
+    return n
 
 
 def row_major(sizes: Sequence[int]) -> list[int]:

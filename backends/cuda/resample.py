@@ -91,6 +91,7 @@ def _reach(idx: list[np.ndarray], wts: list[np.ndarray], n: int) -> tuple[list[i
     return gstart, coord, wstart, weight
 
 
+UNROLL = 64  # dY elements per dX element up to which a regular resample_grad is unrolled
 ONE = 0x3F800000  # the bits of 1.0f
 
 
@@ -129,6 +130,9 @@ def emit_resample_grad(k: CudaKernel) -> None:
             k.table("int64_t", reach[2]), k.table("uint32_t", reach[3])))
     r = len(out)
     cw = k.code
+    if all(reg) and _prod(reg) <= UNROLL:
+        _emit_blocks(k, an, reg, yst)
+        return
     with k.each(_prod(out)) as i:
         c = coords(k, res.type.shape, i, "c")
         cw.line(f"{t.acc} acc = 0;")
@@ -162,6 +166,33 @@ def emit_resample_grad(k: CudaKernel) -> None:
                     cw.line(f"acc += ({t.acc}){w} * d;")
                 else:
                     cw.line("acc += d;")
+        epi = ctx_gen(k, res.type.shape, i, an.loads, {res: "r"}, prefix="e")
+        value = epi.get(an.out)
+        cw.line(f"const {t.store} r = {narrow(t, 'acc')};", *epi.lines,
+                f"{k.param(an.out)}[{i}] = {value};")
+
+
+def _emit_blocks(k: CudaKernel, an: Any, reg: list[int], yst: list[int]) -> None:
+    """resample_grad whose every axis is regular: each element of dX sums the block of
+    ``prod(reg)`` dY elements from ``c * reg`` -- loaded together, then added in increasing
+    index (the loop nest's order) from +0."""
+    dy, res = an.operand(0), an.result
+    t = ctype(dy.type.dtype)
+    cw = k.code
+    with k.each(_prod(static_shape(k, res.type.shape))) as i:
+        c = coords(k, res.type.shape, i, "c")
+        base = " + ".join(f"{c[a]} * {reg[a] * yst[a]}" for a in range(len(reg))) or "0"
+        cw.line(f"const int64_t yb = {base};")
+        offs = [sum(j * st for j, st in zip(js, yst))
+                for js in itertools.product(*(range(g) for g in reg))]
+        for j, off in enumerate(offs):
+            cw.line(f"{t.acc} d{j};")
+            with cw.block():
+                cw.line(f"const int64_t yi = yb + {off};")
+                pro = ctx_gen(k, dy.type.shape, "yi", an.loads, prefix="a")
+                dv = pro.get(dy)
+                cw.line(*pro.lines, f"d{j} = ({t.acc}){widen(t, dv)};")
+        cw.line(f"{t.acc} acc = 0;", *(f"acc += d{j};" for j in range(len(offs))))
         epi = ctx_gen(k, res.type.shape, i, an.loads, {res: "r"}, prefix="e")
         value = epi.get(an.out)
         cw.line(f"const {t.store} r = {narrow(t, 'acc')};", *epi.lines,

@@ -5,9 +5,10 @@ window's start plus a multiple of the stride within the window's count; it then 
 element of dY (the prologue evaluated at that element), else +0 of its dtype. The epilogue is
 applied to every element, copied or zero. Each element is written once by one thread.
 
-Where dX's last axis holds a multiple of ``VEC`` elements, each thread takes ``VEC`` neighbours
-along it (their coordinates computed once): their loads of dY are issued together, before any
-store, so more reads are in flight -- the kernel is bound by memory latency, not arithmetic.
+Each thread takes ``VEC`` elements of dX, a block ``BLOCK * VEC`` consecutive ones: element
+``v`` of a thread is ``v * BLOCK`` after its first, so every load and store of a warp is
+coalesced. All the thread's loads of dY are issued before any store, so more reads are in
+flight -- the kernel is bound by memory latency, not arithmetic.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from gradc.ir.ops.slice import copy_start
 
 from gradc.backends.c.ctypes_map import ctype, literal
 from gradc.backends.c.kernel import anchored, ctx_gen
-from gradc.backends.cuda.kernel import CudaKernel, coords, row_major, static_shape
+from gradc.backends.cuda.kernel import BLOCK, CudaKernel, coords, row_major, static_shape
 
-VEC = 4  # elements of dX per thread, along the last axis, when it divides that axis
+VEC = 4  # elements of dX per thread, BLOCK apart
+
 
 
 def emit_slice_grad(k: CudaKernel) -> None:
@@ -37,20 +39,18 @@ def emit_slice_grad(k: CudaKernel) -> None:
     total = 1
     for s in full:
         total *= s
-    vec = VEC if full and full[-1] % VEC == 0 and total >= VEC else 1
+    span = BLOCK * VEC
     cw = k.code
-    with k.each(total // vec, "q") as q:
-        i0 = q if vec == 1 else "i0"
-        if vec > 1:
-            cw.line(f"const int64_t i0 = {q} * {vec};")
-        c = coords(k, res.type.shape, i0, "c")
-        for v in range(vec):  # each element's value: its dY element (prologue) or +0
+    with k.each(-(-total // span) * BLOCK, "q") as q:
+        cw.line(f"const int64_t i0 = {q} / {BLOCK} * {span} + {q} % {BLOCK};")
+        ragged = total % span != 0  # the last block's elements may end before its threads'
+        for v in range(VEC):  # each element's value: its dY element (prologue) or +0
+            i = "i0" if v == 0 else f"(i0 + {v * BLOCK})"
             cw.line(f"{t.store} r{v} = {literal(0, res.type.dtype)};")
             with cw.block():
-                inside, terms = [], []
+                c = coords(k, res.type.shape, i, f"c{v}_")
+                inside, terms = [f"{i} < {total}"] if ragged else [], []
                 for ax, (ca, s0, st, n) in enumerate(zip(c, start, strides, ys)):
-                    if ax == len(c) - 1 and v:
-                        ca = f"({ca} + {v})"
                     d = f"({ca} - {s0})" if st > 0 else f"({s0} - {ca})"
                     step = abs(st)
                     qa = d if step == 1 else f"{d} / {step}"
@@ -62,14 +62,12 @@ def emit_slice_grad(k: CudaKernel) -> None:
                     pro = ctx_gen(k, dy.type.shape, "yi", an.loads, prefix="a")
                     value = pro.get(dy)
                     cw.line(*pro.lines, f"r{v} = {value};")
-        for v in range(vec):  # then the epilogue and the stores
-            with cw.block():
-                i = i0 if vec == 1 else "i"
-                if vec > 1:
-                    cw.line(f"const int64_t i = i0 + {v};")
-                epi = ctx_gen(k, res.type.shape, i, an.loads, {res: f"r{v}"}, prefix="e")
+        for v in range(VEC):  # then the epilogue and the stores
+            with cw.block(f"if (i0 + {v * BLOCK} < {total})" if ragged else ""):
+                cw.line(f"const int64_t i = i0 + {v * BLOCK};")
+                epi = ctx_gen(k, res.type.shape, "i", an.loads, {res: f"r{v}"}, prefix="e")
                 out = epi.get(an.out)
-                cw.line(*epi.lines, f"{k.param(an.out)}[{i}] = {out};")
+                cw.line(*epi.lines, f"{k.param(an.out)}[i] = {out};")
 
 
 EMITTERS: dict[str, Any] = {"slice_grad": emit_slice_grad}

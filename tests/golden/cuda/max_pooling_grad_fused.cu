@@ -20,10 +20,11 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
   const float *__restrict__ p4 = (const float *)(gc_arena + 2048);
   (void)gc_arena;
   for (int64_t i = gc_first(); i < 128; i += gc_stride()) {
-    const int64_t c0 = i / 64;
-    const int64_t c1 = i / 16 % 4;
-    const int64_t c2 = i / 4 % 4;
-    const int64_t c3 = i % 4;
+    const uint32_t c_u = (uint32_t)(i);
+    const int64_t c0 = (int64_t)(c_u / 64u);
+    const int64_t c1 = (int64_t)(c_u / 16u % 4u);
+    const int64_t c2 = (int64_t)(c_u / 4u % 4u);
+    const int64_t c3 = (int64_t)(c_u % 4u);
     const int64_t xb = i / 16 * 64 + c2 * 16 + c3 * 2;
     int bi = 0;
     float bv = p3[xb];

@@ -35,10 +35,11 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
   const float *__restrict__ p3 = (const float *)(gc_arena + 2048);
   (void)gc_arena;
   for (int64_t i = gc_first(); i < 64; i += gc_stride()) {
-    const int64_t c0 = i / 32;
-    const int64_t c1 = i / 16 % 2;
-    const int64_t c2 = i / 4 % 4;
-    const int64_t c3 = i % 4;
+    const uint32_t c_u = (uint32_t)(i);
+    const int64_t c0 = (int64_t)(c_u / 32u);
+    const int64_t c1 = (int64_t)(c_u / 16u % 2u);
+    const int64_t c2 = (int64_t)(c_u / 4u % 4u);
+    const int64_t c3 = (int64_t)(c_u % 4u);
     float acc = 0;
     for (int64_t g0 = k0_t0[c0]; g0 < k0_t0[c0 + 1]; g0++) {
       for (int64_t g1 = k0_t4[c1]; g1 < k0_t4[c1 + 1]; g1++) {

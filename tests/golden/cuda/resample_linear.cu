@@ -31,10 +31,11 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
   const float *__restrict__ p1 = (const float *)(gc_arena + 0);
   (void)gc_arena;
   for (int64_t i = gc_first(); i < 240; i += gc_stride()) {
-    const int64_t c0 = i / 120;
-    const int64_t c1 = i / 60 % 2;
-    const int64_t c2 = i / 10 % 6;
-    const int64_t c3 = i % 10;
+    const uint32_t c_u = (uint32_t)(i);
+    const int64_t c0 = (int64_t)(c_u / 120u);
+    const int64_t c1 = (int64_t)(c_u / 60u % 2u);
+    const int64_t c2 = (int64_t)(c_u / 10u % 6u);
+    const int64_t c3 = (int64_t)(c_u % 10u);
     float acc = (float)(((gc_bits2f(k0_t8[c0]) * gc_bits2f(k0_t10[c1])) * gc_bits2f(k0_t12[c2])) * gc_bits2f(k0_t14[c3])) * (float)p1[k0_t0[c0] * 30 + k0_t2[c1] * 15 + k0_t4[c2] * 5 + k0_t6[c3] * 1];
     acc = acc + (float)(((gc_bits2f(k0_t8[c0]) * gc_bits2f(k0_t10[c1])) * gc_bits2f(k0_t12[c2])) * gc_bits2f(k0_t15[c3])) * (float)p1[k0_t0[c0] * 30 + k0_t2[c1] * 15 + k0_t4[c2] * 5 + k0_t7[c3] * 1];
     acc = acc + (float)(((gc_bits2f(k0_t8[c0]) * gc_bits2f(k0_t10[c1])) * gc_bits2f(k0_t13[c2])) * gc_bits2f(k0_t14[c3])) * (float)p1[k0_t0[c0] * 30 + k0_t2[c1] * 15 + k0_t5[c2] * 5 + k0_t6[c3] * 1];

@@ -17,15 +17,16 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
   const float *__restrict__ p2 = (const float *)(gc_arena + 256);
   const float *__restrict__ p3 = (const float *)(gc_arena + 512);
   (void)gc_arena;
-  for (int64_t q = gc_first(); q < 14; q += gc_stride()) {
-    const int64_t i0 = q * 4;
-    const int64_t c0 = i0 / 28;
-    const int64_t c1 = i0 / 4 % 7;
-    const int64_t c2 = i0 % 4;
+  for (int64_t q = gc_first(); q < 256; q += gc_stride()) {
+    const int64_t i0 = q / 256 * 1024 + q % 256;
     float r0 = (0x0.0p+0f);
     {
-      if ((c0 - 0) >= 0 && (c0 - 0) < 2 && (c1 - 1) >= 0 && (c1 - 1) % 2 == 0 && (c1 - 1) / 2 < 3 && (3 - c2) >= 0 && (3 - c2) < 4) {
-        const int64_t yi = (c0 - 0) * 12 + (c1 - 1) / 2 * 4 + (3 - c2);
+      const uint32_t c0__u = (uint32_t)(i0);
+      const int64_t c0_0 = (int64_t)(c0__u / 28u);
+      const int64_t c0_1 = (int64_t)(c0__u / 4u % 7u);
+      const int64_t c0_2 = (int64_t)(c0__u % 4u);
+      if (i0 < 56 && (c0_0 - 0) >= 0 && (c0_0 - 0) < 2 && (c0_1 - 1) >= 0 && (c0_1 - 1) % 2 == 0 && (c0_1 - 1) / 2 < 3 && (3 - c0_2) >= 0 && (3 - c0_2) < 4) {
+        const int64_t yi = (c0_0 - 0) * 12 + (c0_1 - 1) / 2 * 4 + (3 - c0_2);
         const float a0 = p1[yi];
         const float a1 = p2[yi];
         const float a2 = (a0 > 0 ? a1 : (0x0.0p+0f));
@@ -34,8 +35,12 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
     }
     float r1 = (0x0.0p+0f);
     {
-      if ((c0 - 0) >= 0 && (c0 - 0) < 2 && (c1 - 1) >= 0 && (c1 - 1) % 2 == 0 && (c1 - 1) / 2 < 3 && (3 - (c2 + 1)) >= 0 && (3 - (c2 + 1)) < 4) {
-        const int64_t yi = (c0 - 0) * 12 + (c1 - 1) / 2 * 4 + (3 - (c2 + 1));
+      const uint32_t c1__u = (uint32_t)((i0 + 256));
+      const int64_t c1_0 = (int64_t)(c1__u / 28u);
+      const int64_t c1_1 = (int64_t)(c1__u / 4u % 7u);
+      const int64_t c1_2 = (int64_t)(c1__u % 4u);
+      if ((i0 + 256) < 56 && (c1_0 - 0) >= 0 && (c1_0 - 0) < 2 && (c1_1 - 1) >= 0 && (c1_1 - 1) % 2 == 0 && (c1_1 - 1) / 2 < 3 && (3 - c1_2) >= 0 && (3 - c1_2) < 4) {
+        const int64_t yi = (c1_0 - 0) * 12 + (c1_1 - 1) / 2 * 4 + (3 - c1_2);
         const float a0 = p1[yi];
         const float a1 = p2[yi];
         const float a2 = (a0 > 0 ? a1 : (0x0.0p+0f));
@@ -44,8 +49,12 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
     }
     float r2 = (0x0.0p+0f);
     {
-      if ((c0 - 0) >= 0 && (c0 - 0) < 2 && (c1 - 1) >= 0 && (c1 - 1) % 2 == 0 && (c1 - 1) / 2 < 3 && (3 - (c2 + 2)) >= 0 && (3 - (c2 + 2)) < 4) {
-        const int64_t yi = (c0 - 0) * 12 + (c1 - 1) / 2 * 4 + (3 - (c2 + 2));
+      const uint32_t c2__u = (uint32_t)((i0 + 512));
+      const int64_t c2_0 = (int64_t)(c2__u / 28u);
+      const int64_t c2_1 = (int64_t)(c2__u / 4u % 7u);
+      const int64_t c2_2 = (int64_t)(c2__u % 4u);
+      if ((i0 + 512) < 56 && (c2_0 - 0) >= 0 && (c2_0 - 0) < 2 && (c2_1 - 1) >= 0 && (c2_1 - 1) % 2 == 0 && (c2_1 - 1) / 2 < 3 && (3 - c2_2) >= 0 && (3 - c2_2) < 4) {
+        const int64_t yi = (c2_0 - 0) * 12 + (c2_1 - 1) / 2 * 4 + (3 - c2_2);
         const float a0 = p1[yi];
         const float a1 = p2[yi];
         const float a2 = (a0 > 0 ? a1 : (0x0.0p+0f));
@@ -54,34 +63,38 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
     }
     float r3 = (0x0.0p+0f);
     {
-      if ((c0 - 0) >= 0 && (c0 - 0) < 2 && (c1 - 1) >= 0 && (c1 - 1) % 2 == 0 && (c1 - 1) / 2 < 3 && (3 - (c2 + 3)) >= 0 && (3 - (c2 + 3)) < 4) {
-        const int64_t yi = (c0 - 0) * 12 + (c1 - 1) / 2 * 4 + (3 - (c2 + 3));
+      const uint32_t c3__u = (uint32_t)((i0 + 768));
+      const int64_t c3_0 = (int64_t)(c3__u / 28u);
+      const int64_t c3_1 = (int64_t)(c3__u / 4u % 7u);
+      const int64_t c3_2 = (int64_t)(c3__u % 4u);
+      if ((i0 + 768) < 56 && (c3_0 - 0) >= 0 && (c3_0 - 0) < 2 && (c3_1 - 1) >= 0 && (c3_1 - 1) % 2 == 0 && (c3_1 - 1) / 2 < 3 && (3 - c3_2) >= 0 && (3 - c3_2) < 4) {
+        const int64_t yi = (c3_0 - 0) * 12 + (c3_1 - 1) / 2 * 4 + (3 - c3_2);
         const float a0 = p1[yi];
         const float a1 = p2[yi];
         const float a2 = (a0 > 0 ? a1 : (0x0.0p+0f));
         r3 = a2;
       }
     }
-    {
+    if (i0 + 0 < 56) {
       const int64_t i = i0 + 0;
       const float e0 = p3[i];
       const float e1 = (((e0 <= (-0x1.0000000000000p+0f)) | (e0 >= (0x1.0000000000000p+0f))) ? (0x0.0p+0f) : r0);
       p0[i] = e1;
     }
-    {
-      const int64_t i = i0 + 1;
+    if (i0 + 256 < 56) {
+      const int64_t i = i0 + 256;
       const float e0 = p3[i];
       const float e1 = (((e0 <= (-0x1.0000000000000p+0f)) | (e0 >= (0x1.0000000000000p+0f))) ? (0x0.0p+0f) : r1);
       p0[i] = e1;
     }
-    {
-      const int64_t i = i0 + 2;
+    if (i0 + 512 < 56) {
+      const int64_t i = i0 + 512;
       const float e0 = p3[i];
       const float e1 = (((e0 <= (-0x1.0000000000000p+0f)) | (e0 >= (0x1.0000000000000p+0f))) ? (0x0.0p+0f) : r2);
       p0[i] = e1;
     }
-    {
-      const int64_t i = i0 + 3;
+    if (i0 + 768 < 56) {
+      const int64_t i = i0 + 768;
       const float e0 = p3[i];
       const float e1 = (((e0 <= (-0x1.0000000000000p+0f)) | (e0 >= (0x1.0000000000000p+0f))) ? (0x0.0p+0f) : r3);
       p0[i] = e1;
