@@ -12,7 +12,8 @@ prints, in one table per model:
   one chain instead of the DAG of ``backends/cuda/dag.py``), and the sum of the launches
   issued one by one (each between two events, so each carries its launch gap): the
   differences are the host's share, the launch gaps and what the DAG's overlap saves;
-  ``--profile`` adds where the host's share goes;
+  then the step split into gradc's Python (the driver stubbed), the graph as the host sees
+  it, and the driver calls; ``--profile`` adds where the host's share goes;
 - the slowest ``--top`` launches: their op or fused group, grid and block, ms, and the first
   comment of the kernel's source (a product's sizes and tile, a split's parts), so the next
   kernel to improve is named with what it computes.
@@ -70,6 +71,38 @@ def graph_ms(runner: Any, reps: int = 20) -> float:
     return float(statistics.median(times))
 
 
+STUBBED = ("replay", "download", "upload", "copy", "wait_for_others", "synchronize")
+
+
+def host_split(runner: Any, step: Any, reps: int = 200) -> str:
+    """The step's time split three ways: gradc's Python alone (the driver's copies, replay and
+    waits stubbed for ``reps`` steps), the graph as the host sees it (``cuGraphLaunch`` to
+    the end of a ``cuStreamSynchronize``), and the rest: the driver calls of the step (the
+    batch's copies, the loss's download) and their gaps."""
+    drv = runner.driver
+
+    def wall(fn: Any, n: int) -> float:
+        ms = []
+        for _ in range(n):
+            t = time.perf_counter()
+            fn()
+            ms.append(1e3 * (time.perf_counter() - t))
+        return float(statistics.median(ms))
+
+    total = wall(step, 50)
+    graph = wall(lambda: (drv.replay(runner.graph), drv.synchronize()), 50)
+    for name in STUBBED:  # instance attributes shadow the driver's methods
+        setattr(drv, name, lambda *a, **k: None)
+    try:
+        python = wall(step, reps)
+    finally:
+        for name in STUBBED:
+            delattr(drv, name)
+    return (f"step {total:.3f} ms = gradc's Python {python:.3f} ms + the graph, launch to "
+            f"synchronize, {graph:.3f} ms + driver calls and gaps "
+            f"{total - python - graph:.3f} ms (medians, one run)")
+
+
 def max_streams() -> int:
     from gradc.backends.cuda import dag
     return dag.MAX_STREAMS
@@ -104,6 +137,7 @@ def one(name: str, batch: int, sums: str, top: int, cache: str | None,
                                              runner.program.dependencies)
         chain += f", over {n} stream{'s' if n > 1 else ''} {graph_ms(runner):.3f} ms"
         runner.graph, dag.MAX_STREAMS = graph, keep
+    split = host_split(runner, step)
     host = []
     if profile:  # where the host's share of a step goes
         import cProfile
@@ -124,7 +158,7 @@ def one(name: str, batch: int, sums: str, top: int, cache: str | None,
     lines = [f"## {name}, batch {batch}, sums={sums}", "",
              f"step {statistics.median(ms):.3f} ms (Trainer.step), graph replay {replay:.3f} ms"
              f" (a DAG over up to {max_streams()} streams){chain}, "
-             f"{len(launches)} launches one by one {sum(times):.3f} ms", "",
+             f"{len(launches)} launches one by one {sum(times):.3f} ms", "", split, "",
              "| # | op or group | grid x block | ms | % of one-by-one | kernel note |",
              "|---:|---|---|---:|---:|---|"]
     order = np.argsort(times)[::-1][:top]

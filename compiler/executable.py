@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import os
 from typing import Any, Callable, Mapping
 
@@ -25,16 +26,25 @@ def static_signature(graph: Graph) -> list[tuple[str, np.dtype, tuple[int, ...]]
 
 def _exact(spec: list[tuple[str, np.dtype, tuple[int, ...]]], arrays: dict[str, Any],
            contiguous: bool, own: tuple[type, ...] = (),
-           foreign: Callable[[Any], Any] | None = None) -> bool:
+           foreign: Callable[[Any], Any] | None = None, memo: dict[str, Any] | None = None
+           ) -> bool:
     """True when the arrays are exactly the inputs of a static signature: the same names,
     plain ndarrays of the input's dtype and shape (C-contiguous if asked), arrays of the
     target's ``own`` types (always contiguous) of that dtype and shape, or other arrays the
     target takes (``foreign``) whose description matches -- each replaced in ``arrays`` by
-    its description, as the checks below do."""
+    its description, as the checks below do.
+
+    ``memo`` (the Executable's): the arrays of ``own`` types (read-only objects) that passed
+    the last call; when the same objects come again (a Trainer's state, every step), only the
+    other inputs are checked."""
     if len(arrays) != len(spec):
         return False
+    check = spec
+    last = memo.get("own") if memo is not None else None
+    if last is not None and all(map(operator.is_, map(arrays.get, last[0]), last[1])):
+        check = last[2]
     described: dict[str, Any] = {}
-    for name, dtype, shape in spec:
+    for name, dtype, shape in check:
         a = arrays.get(name)
         t = type(a)
         if t is np.ndarray:
@@ -54,6 +64,12 @@ def _exact(spec: list[tuple[str, np.dtype, tuple[int, ...]]], arrays: dict[str, 
         else:
             return False
     arrays.update(described)  # only when every array passed (else the checks describe them)
+    if memo is not None and own and (check is spec or any(type(arrays[n]) in own
+                                                          for n, _, _ in check)):
+        names = [n for n, _, _ in spec if type(arrays[n]) in own]
+        kept = set(names)
+        memo["own"] = (names, [arrays[n] for n in names],  # one assignment: thread-safe
+                       [e for e in spec if e[0] not in kept])
     return True
 
 
@@ -61,7 +77,8 @@ def bind_inputs(graph: Graph, arrays: Mapping[str, Any], shapes: Mapping[str, in
                 contiguous: bool = False,
                 spec: list[tuple[str, np.dtype, tuple[int, ...]]] | None = None,
                 foreign: Callable[[Any], Any] | None = None,
-                own: tuple[type, ...] = ()) -> dict[str, int]:
+                own: tuple[type, ...] = (), memo: dict[str, Any] | None = None
+                ) -> dict[str, int]:
     """Check every array against the graph's inputs; return the symbol bindings.
 
     ``spec``: the graph's ``static_signature``; arrays that match it exactly (a training
@@ -72,7 +89,8 @@ def bind_inputs(graph: Graph, arrays: Mapping[str, Any], shapes: Mapping[str, in
     in ``arrays``. ``own``: the target's own array types (``Lowered.own``), taken as they are
     by the static fast path (the runner reads them itself)."""
     bindings: dict[str, int] = dict(shapes or {})
-    if spec is not None and _exact(spec, arrays, contiguous, own, foreign):  # type: ignore[arg-type]
+    if spec is not None and _exact(spec, arrays, contiguous, own, foreign,  # type: ignore[arg-type]
+                                   memo):
         return bindings
     names = [v.name for v in graph.inputs]
     extra = sorted(set(arrays) - set(names))
@@ -245,18 +263,20 @@ class Executable:
         self._signature = parameters_as_inputs(graph)
         self._static = static_signature(self._signature)
         self._sizes_ok: set[tuple] = set()  # bindings whose value sizes passed check_sizes
+        self._memo: dict[str, Any] = {}  # the target's own arrays that passed (``_exact``)
+        self._overwritten = set(self.in_place.values())
 
     def __call__(self, /, **arrays: Any) -> dict[str, np.ndarray]:
         # `self` is positional-only, so an input may be named "self" (any name is an input).
         arrays = dict(arrays)
-        overwritten = set(self.in_place.values())
+        overwritten = self._overwritten
         for name, value in self.parameters.items():
             if name not in arrays:
                 # A parameter's own array is never overwritten by an in-place output: the
                 # caller passes the array to update (gradc.Trainer does).
                 arrays[name] = value.copy() if name in overwritten else value
         bindings = bind_inputs(self._signature, arrays, self._shapes, self._contiguous,
-                               self._static, self._foreign, self._own)
+                               self._static, self._foreign, self._own, self._memo)
         # The sizes follow from the bindings alone: checked once per set of bindings (a
         # training loop calls with the same shapes every step).
         key = tuple(sorted(bindings.items()))

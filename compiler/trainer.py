@@ -30,6 +30,7 @@ standard zip of ``.npy`` files), written atomically.
 from __future__ import annotations
 
 import io
+import operator
 import os
 from typing import Any, Mapping, Sequence
 
@@ -84,9 +85,11 @@ class Trainer:
         if target in ("c", "cuda"):
             options.setdefault("update_in_place", {p.name + SUFFIX: p.name
                                                    for p in self.step_graph.parameters})
-        if target == "cuda":  # the state stays in the device arena between steps
+        if target == "cuda":  # the state stays in the device arena between steps; the loss
+            # is read after the step's bookkeeping, which so runs while the GPU works
             options.setdefault("keep_on_device", [p.name + SUFFIX
-                                                  for p in self.step_graph.parameters])
+                                                  for p in self.step_graph.parameters]
+                               + ["loss"])
         for p in self.step_graph.parameters:
             if p.value is None:
                 raise InputError(f"Trainer: parameter {p.name!r} has no value (a graph parsed "
@@ -98,6 +101,9 @@ class Trainer:
             shapes, MAX_SIZES if target in BINDING_TARGETS else 0)
         self._state: dict[str, np.ndarray] = {p.name: _owned(p.value)  # type: ignore[arg-type]
                                               for p in self.step_graph.parameters}
+        # (the outputs of the state in its order, their bytes): the state after the last step
+        # (``step`` takes outputs that are these very arrays without a look at each)
+        self._resident: tuple[list[str], int] | None = None
         self._steps = 0
         self._batch_names = [v.name for v in self.step_graph.inputs if v.name != STEP_KEY]
         forward = {q.name for q in graph.parameters}
@@ -168,15 +174,21 @@ class Trainer:
         # The sizes are checked before a step of a new size is compiled; every executable
         # reads and updates the Trainer's one state.
         out = self._compiled.select(batch)(**batch, **self._state)
-        in_place = allocated = 0
-        for name, old in self._state.items():
-            new = out[name + SUFFIX]
-            if new is old:
-                in_place += new.nbytes
-            else:
-                allocated += new.nbytes
-                self._state[name] = new
-        self.last_step_bytes = {"in_place": in_place, "allocated": allocated, "copied": 0}
+        if self._resident is not None and all(map(operator.is_, map(
+                out.__getitem__, self._resident[0]), self._state.values())):
+            # every output is the array passed for its state (in place, as on the last step)
+            self.last_step_bytes = {"in_place": self._resident[1], "allocated": 0, "copied": 0}
+        else:
+            in_place = allocated = 0
+            for name, old in self._state.items():
+                new = out[name + SUFFIX]
+                if new is old:
+                    in_place += new.nbytes
+                else:
+                    allocated += new.nbytes
+                    self._state[name] = new
+            self.last_step_bytes = {"in_place": in_place, "allocated": allocated, "copied": 0}
+            self._resident = ([n + SUFFIX for n in self._state], in_place + allocated)
         self._steps = t
         return float(np.asarray(out["loss"], np.float64).reshape(-1)[0])
 

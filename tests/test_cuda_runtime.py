@@ -89,9 +89,15 @@ def test_device_arrays_of_the_arena_are_staged_before_slots_change(target, cache
                      update_in_place={"a.next": "a", "b.next": "b"})
     x, y = np.arange(5, dtype=np.float32), -np.arange(5, 10, dtype=np.float32)
     out = ex(a=x, b=y)
-    out2 = ex(a=out["b.next"], b=out["a.next"])  # a <- -x, b <- -y
+    for _ in range(2):  # each in its own slot (remembered by the runner): nothing copied
+        out = ex(a=out["a.next"], b=out["b.next"])  # a <- -b, b <- -a
+    assert_bits(np.asarray(out["a.next"]), -y)
+    out2 = ex(a=out["b.next"], b=out["a.next"])  # then crosswise: a <- -x, b <- -y
     assert_bits(np.asarray(out2["a.next"]), y)
     assert_bits(np.asarray(out2["b.next"]), x)
+    out3 = ex(a=out2["a.next"], b=out2["b.next"])  # and in their own slots again
+    assert_bits(np.asarray(out3["a.next"]), -x)
+    assert_bits(np.asarray(out3["b.next"]), -y)
 
 
 @needs_host
@@ -111,6 +117,8 @@ def test_device_arrays_passed_back_skip_the_checks_only_when_they_match(cache, m
     with pytest.raises(InputError, match=r"input 'w': expected shape \(3, 4\), got \(\) "):
         ex(w=loss, g=g)
     assert described == [loss]
+    with pytest.raises(AttributeError):  # read-only: the object checked once stays as checked
+        state.shape = ()  # type: ignore[misc]
     assert_bits(np.asarray(state), np.full((3, 4), -1.5, np.float32))
     # another library's array beside the state (a training batch on the GPU): described
     # alone, the state still passes as it is
@@ -210,6 +218,18 @@ def test_trainer_on_cuda_equals_the_c_target(target, cache):
             assert abs(lc - lg) <= 1e-6 * abs(lc)
         if step:
             assert tg.last_step_bytes["allocated"] == 0 and tg.last_step_bytes["in_place"] > 0
+    # the state replaced between steps (host arrays, no longer the arena's views): both
+    # trainers resume from it alike, and the step after takes the new views as they are
+    tc.load_state_dict(tc.state_dict())
+    tg.load_state_dict(tg.state_dict())
+    for step in range(2):
+        batch = {"x": rng.standard_normal((4, 3, 6, 6), dtype=np.float32),
+                 "labels": rng.integers(0, 5, 4)}
+        lc, lg = tc.step(**batch), tg.step(**batch)
+        assert lc == lg if target == "cuda-host" else abs(lc - lg) <= 1e-6 * abs(lc)
+        moved = tg.last_step_bytes
+        assert (moved["allocated"] > 0) == (step == 0) and moved["in_place"] + moved[
+            "allocated"] == sum(a.nbytes for a in tc.state_dict().values()) - 8  # (no "step")
     for name, want in tc.state_dict().items():
         got = tg.state_dict()[name]
         if target == "cuda-host":

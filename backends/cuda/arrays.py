@@ -50,14 +50,43 @@ class DeviceArray:
     ``__cuda_array_interface__`` lets CuPy or torch read it where it lies.
     """
 
+    # Read-only: an Executable that checked an array once takes the same object again
+    # without checking its place, dtype and shape (``executable._exact``, ``runtime._inputs``).
+    __slots__ = ("_ptr", "_shape", "_dtype", "_size", "_nbytes", "_owner", "_on_device",
+                 "__weakref__")
+
     def __init__(self, ptr: int, shape: tuple[int, ...], dtype: np.dtype, owner: Any,
                  on_device: bool = True) -> None:
-        self.ptr, self.shape, self.dtype = ptr, tuple(shape), np.dtype(dtype)
-        # computed once: a Trainer reads the sizes of its whole state on every step
-        self.size = int(np.prod(self.shape, dtype=np.int64))
-        self.nbytes = self.size * self.dtype.itemsize
+        self._ptr, self._shape, self._dtype = int(ptr), tuple(shape), np.dtype(dtype)
+        self._size = int(np.prod(self._shape, dtype=np.int64))
+        self._nbytes = self._size * self._dtype.itemsize
         self._owner = owner  # the runner: its driver copies, and it keeps the arena alive
         self._on_device = on_device
+
+    @property
+    def ptr(self) -> int:
+        """The device address of the first element."""
+        return self._ptr
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape."""
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The element type."""
+        return self._dtype
+
+    @property
+    def size(self) -> int:
+        """The number of elements."""
+        return self._size
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the elements."""
+        return self._nbytes
 
     @property
     def ndim(self) -> int:

@@ -184,3 +184,10 @@ class HostDriver:
 
     def wait_for_others(self) -> None:
         """Nothing runs asynchronously here."""
+
+    def mark(self) -> Any:
+        """Nothing runs asynchronously here: every copy is done."""
+        return None
+
+    def wait_mark(self, mark: Any) -> None:
+        """Nothing runs asynchronously here."""

@@ -91,7 +91,7 @@ def _reach(idx: list[np.ndarray], wts: list[np.ndarray], n: int) -> tuple[list[i
     return gstart, coord, wstart, weight
 
 
-UNROLL = 64  # dY elements per dX element up to which a regular resample_grad is unrolled
+UNROLL = 64  # dY elements per dX element up to which a unit resample_grad is unrolled
 ONE = 0x3F800000  # the bits of 1.0f
 
 
@@ -110,7 +110,8 @@ def _regular(gstart: list[int], coord: list[int], wstart: list[int],
 def emit_resample_grad(k: CudaKernel) -> None:
     """Each element of dX: the weighted dY terms landing on it, in canonical order.
 
-    An axis whose reach is regular (``_regular``) loops over its dY coordinates by arithmetic,
+    When every axis is a unit one (nearest resampling, scale-1 axes), ``_emit_blocks``. Else
+    an axis whose reach is regular (``_regular``) loops over its dY coordinates by arithmetic,
     without tables, and leaves its weight (1.0) out of the product: multiplying by 1 is exact.
     """
     an = anchored(k)
@@ -120,19 +121,19 @@ def emit_resample_grad(k: CudaKernel) -> None:
     check_table("resample_grad", "axes", max(ys + out))
     taps = all_taps(an.anchor.attrs, ys, out)
     yst = row_major(ys)
-    tabs: list[tuple[str, str, str, str] | None] = []
-    reg: list[int] = []
-    for a, axis in enumerate(taps):
-        reach = _reach([tp[0] for tp in axis], [tp[1] for tp in axis], out[a])
-        reg.append(_regular(*reach))
-        tabs.append(None if reg[a] else (
-            k.table("int64_t", reach[0]), k.table("int64_t", reach[1]),
-            k.table("int64_t", reach[2]), k.table("uint32_t", reach[3])))
+    reaches = [_reach([tp[0] for tp in axis], [tp[1] for tp in axis], out[a])
+               for a, axis in enumerate(taps)]
+    reg = [_regular(*reach) for reach in reaches]
+    units = [_unit(*reach) for reach in reaches]
+    if all(u is not None for u in units) and _prod([max(u) for u in units if u]) <= UNROLL:
+        _emit_blocks(k, an, [u for u in units if u is not None], reg, yst)
+        return
+    tabs = [None if reg[a] else (
+        k.table("int64_t", reach[0]), k.table("int64_t", reach[1]),
+        k.table("int64_t", reach[2]), k.table("uint32_t", reach[3]))
+        for a, reach in enumerate(reaches)]
     r = len(out)
     cw = k.code
-    if all(reg) and _prod(reg) <= UNROLL:
-        _emit_blocks(k, an, reg, yst)
-        return
     with k.each(_prod(out)) as i:
         c = coords(k, res.type.shape, i, "c")
         cw.line(f"{t.acc} acc = 0;")
@@ -172,27 +173,59 @@ def emit_resample_grad(k: CudaKernel) -> None:
                 f"{k.param(an.out)}[{i}] = {value};")
 
 
-def _emit_blocks(k: CudaKernel, an: Any, reg: list[int], yst: list[int]) -> None:
-    """resample_grad whose every axis is regular: each element of dX sums the block of
-    ``prod(reg)`` dY elements from ``c * reg`` -- loaded together, then added in increasing
-    index (the loop nest's order) from +0."""
+def _unit(gstart: list[int], coord: list[int], wstart: list[int],
+          weight: list[int]) -> list[int] | None:
+    """The reach's group sizes when each dX position's dY coordinates are one run of
+    consecutive ones from ``gstart``, each with one tap of weight 1 (nearest resampling,
+    and every axis of scale 1), else None."""
+    ok = (coord == list(range(len(coord))) and wstart == list(range(len(wstart)))
+          and all(w == ONE for w in weight))
+    return [b - a for a, b in zip(gstart, gstart[1:])] if ok else None
+
+
+def _emit_blocks(k: CudaKernel, an: Any, sizes: list[list[int]], reg: list[int],
+                 yst: list[int]) -> None:
+    """resample_grad whose every axis is a unit one (``_unit``): each element of dX sums its
+    block of dY elements -- on each axis a run of at most ``max(sizes[a])`` from its first,
+    unrolled, the loads issued together -- in increasing index (the loop nest's order) from
+    +0. A regular axis (``_regular``) computes its run's start; another reads it from a
+    table. Multiplying by a weight of 1 is exact, so no weight is read."""
     dy, res = an.operand(0), an.result
     t = ctype(dy.type.dtype)
     cw = k.code
     with k.each(_prod(static_shape(k, res.type.shape))) as i:
         c = coords(k, res.type.shape, i, "c")
-        base = " + ".join(f"{c[a]} * {reg[a] * yst[a]}" for a in range(len(reg))) or "0"
+        runs: list[tuple[str, str | None]] = []  # per axis: (first dY coordinate, run length
+        # or None when it is the constant reg[a])
+        for a, sz in enumerate(sizes):
+            if reg[a]:
+                runs.append((f"{c[a]} * {reg[a]}" if reg[a] != 1 else c[a], None))
+            else:
+                starts = [0]
+                for z in sz:
+                    starts.append(starts[-1] + z)
+                tab = k.table("int64_t", starts)
+                cw.line(f"const int64_t lo{a} = {tab}[{c[a]}], n{a} = {tab}[{c[a]} + 1] - lo{a};")
+                runs.append((f"lo{a}", f"n{a}"))
+        base = " + ".join(f"({lo}) * {yst[a]}" if yst[a] != 1 else f"({lo})"
+                          for a, (lo, _) in enumerate(runs)) or "0"
         cw.line(f"const int64_t yb = {base};")
-        offs = [sum(j * st for j, st in zip(js, yst))
-                for js in itertools.product(*(range(g) for g in reg))]
-        for j, off in enumerate(offs):
-            cw.line(f"{t.acc} d{j};")
-            with cw.block():
+        taps = list(itertools.product(*(range(max(sz) if sz else 0) for sz in sizes)))
+        guards = []
+        for j, js in enumerate(taps):
+            off = sum(x * st for x, st in zip(js, yst))
+            guard = " && ".join(f"{x} < {runs[a][1]}" for a, x in enumerate(js)
+                                if runs[a][1] is not None and x >= min(sizes[a]))
+            guards.append(guard)
+            cw.line(f"{t.acc} d{j} = 0;")
+            with cw.block(f"if ({guard})" if guard else ""):
                 cw.line(f"const int64_t yi = yb + {off};")
                 pro = ctx_gen(k, dy.type.shape, "yi", an.loads, prefix="a")
                 dv = pro.get(dy)
                 cw.line(*pro.lines, f"d{j} = ({t.acc}){widen(t, dv)};")
-        cw.line(f"{t.acc} acc = 0;", *(f"acc += d{j};" for j in range(len(offs))))
+        cw.line(f"{t.acc} acc = 0;")
+        for j, guard in enumerate(guards):
+            cw.line(f"if ({guard}) acc += d{j};" if guard else f"acc += d{j};")
         epi = ctx_gen(k, res.type.shape, i, an.loads, {res: "r"}, prefix="e")
         value = epi.get(an.out)
         cw.line(f"const {t.store} r = {narrow(t, 'acc')};", *epi.lines,

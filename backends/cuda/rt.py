@@ -131,6 +131,7 @@ class DeviceDriver:
         self.device, self.arch, self.context, self.stream = _OPEN[ordinal]
         self._keep: list[Any] = []  # launch parameter arrays, alive while graphs use them
         self._side = _SIDE.setdefault(ordinal, [])  # the streams a capture forks onto
+        self._mark: Any = None  # the event of ``mark``, made on first use
 
     def _open(self, ordinal: int) -> tuple[Any, str, Any, Any]:
         """Initialize the driver and open a GPU (UnsupportedError without one)."""
@@ -279,6 +280,17 @@ class DeviceDriver:
     def synchronize(self) -> None:
         """Wait for the stream; a kernel's fault surfaces here."""
         self._ok(self.d.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
+
+    def mark(self) -> Any:
+        """An event after the work queued so far on the stream (``wait_mark`` waits for it)."""
+        if self._mark is None:
+            self._mark = self._ok(self.d.cuEventCreate(2), "cuEventCreate")  # DISABLE_TIMING
+        self._ok(self.d.cuEventRecord(self._mark, self.stream), "cuEventRecord")
+        return self._mark
+
+    def wait_mark(self, mark: Any) -> None:
+        """Wait until the stream has passed ``mark``."""
+        self._ok(self.d.cuEventSynchronize(mark), "cuEventSynchronize")
 
     def wait_for_others(self) -> None:
         """Wait for all work of the context (other streams' writes to a foreign array)."""
