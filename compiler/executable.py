@@ -268,7 +268,7 @@ class Executable:
 
     def __call__(self, /, **arrays: Any) -> dict[str, np.ndarray]:
         # `self` is positional-only, so an input may be named "self" (any name is an input).
-        arrays = dict(arrays)
+        # (``arrays`` is this call's own dict: the checks below may replace its entries)
         overwritten = self._overwritten
         for name, value in self.parameters.items():
             if name not in arrays:

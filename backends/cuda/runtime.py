@@ -18,6 +18,7 @@ both. A call:
 
 from __future__ import annotations
 
+import math
 import operator
 import threading
 import weakref
@@ -141,7 +142,7 @@ class CudaRunner:
             if isinstance(a, Foreign):
                 if a.ptr == slot:
                     continue  # already in its slot: this executable's own output
-                nbytes = int(np.prod(a.shape, dtype=np.int64)) * a.dtype.itemsize
+                nbytes = math.prod(a.shape) * a.dtype.itemsize
                 if self.arena <= a.ptr < self.arena + self.arena_bytes:
                     staged.append((slot, a.ptr, nbytes))
                     continue
@@ -170,7 +171,7 @@ class CudaRunner:
             if isinstance(a, np.ndarray):
                 d.upload(slot, a)
             elif isinstance(a, Foreign):
-                d.copy(slot, a.ptr, int(np.prod(a.shape, dtype=np.int64)) * a.dtype.itemsize)
+                d.copy(slot, a.ptr, math.prod(a.shape) * a.dtype.itemsize)
             else:
                 d.copy(slot, a[0], a[1])
         return others
