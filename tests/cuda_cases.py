@@ -590,6 +590,9 @@ for _d in FLOATS:
     CASES[f"resample_nearest_{_d}"] = resampling(_d, "nearest", (1, 1, 0.5, 2.5))
     # integer scales: every axis of the gradient regular (no tables)
     CASES[f"resample_nearest_x2_{_d}"] = resampling(_d, "nearest", (1, 1, 2.0, 3.0))
+    # a 2x linear upsampling's gradient (a UNet's): every group and tap written out, guards
+    # on the groups and taps that the borders lack (resample.py's _emit_padded)
+    CASES[f"resample_linear_x2_{_d}"] = resampling(_d, "linear", (1, 1, 2.0, 2.0))
     CASES[f"reductions_{_d}"] = reductions(_d)
     CASES[f"softmax_rows_{_d}"] = softmax_rows(_d)
     CASES[f"gemm_{_d}"] = gemms(_d)

@@ -172,7 +172,9 @@ def _taps(window: Sequence[int]) -> list[tuple[int, ...]]:
 
 
 def emit_max_pooling_grad(k: CudaKernel) -> None:
-    """Each element of dX: dY summed over the windows whose argmax it is, in dY's order."""
+    """Each element of dX: dY summed over the windows whose argmax it is, in dY's order. Two
+    launches (windows that do not tile the input): each window's argmax into scratch, a
+    thread per window, then the gather, so no argmax is found more than once."""
     an = anchored(k)
     x, dy = an.operand(0), an.operand(1)
     t = ctype(x.type.dtype)
@@ -184,21 +186,29 @@ def emit_max_pooling_grad(k: CudaKernel) -> None:
     plane, oplane = _prod(xs[2:]), _prod(ys[2:])
     ost = row_major(ys[2:])
     cw = k.code
+    # First every window's argmax (its in-plane index, -1 when no tap is valid), once each,
+    # into scratch; then each element of dX reads the argmaxes of the windows reaching it.
+    best = k.scratch("int64_t", _prod(ys))
+    with k.each(_prod(ys)) as y:
+        c = coords(k, dy.type.shape, y, "c")
+        cw.line(f"const {t.store} *xp = {k.param(x)} + {y} / {oplane} * {plane};")
+        _argmax(k, axes, c[2:], "xp", t, "")
+        cw.line(f"{best}[{y}] = bi;")
+    k.next_launch()
+    cw = k.code
     starts = [k.table("int64_t", ax.start) for ax in axes]
     lists = [k.table("int64_t", ax.windows) for ax in axes]
     with k.each(_prod(xs)) as i:
         c = coords(k, x.type.shape, i, "c")
         cw.line(f"const int64_t pl = {i} / {plane}, e = {i} % {plane};",
-                f"const {t.store} *xp = {k.param(x)} + pl * {plane};",
                 f"{t.acc} acc = 0;")
         heads = [f"for (int64_t u{a} = {starts[a]}[{c[a + 2]}]; u{a} < {starts[a]}"
                  f"[{c[a + 2]} + 1]; u{a}++)" for a in range(len(axes))]
         with cw.blocks(heads):
             o = [f"{lists[a]}[u{a}]" for a in range(len(axes))]
-            _argmax(k, axes, o, "xp", t, "")
-            with cw.block("if (bi == e)"):
-                flat = " + ".join(f"{oa} * {st}" if st != 1 else oa for oa, st in zip(o, ost))
-                cw.line(f"const int64_t yi = pl * {oplane} + {flat};")
+            flat = " + ".join(f"{oa} * {st}" if st != 1 else oa for oa, st in zip(o, ost))
+            cw.line(f"const int64_t yi = pl * {oplane} + {flat};")
+            with cw.block(f"if ({best}[yi] == e)"):
                 _add_gradient(k, cw, an, dy, t)
         epi = ctx_gen(k, an.result.type.shape, i, an.loads, {an.result: "r"}, prefix="e")
         value = epi.get(an.out)

@@ -14,7 +14,8 @@ the order of the reference's ``np.add.at``, so the sum is bit-identical.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Sequence
+from contextlib import ExitStack, contextmanager
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -23,7 +24,8 @@ from gradc.ir.ops.resample import all_taps
 from gradc.backends.c.ctypes_map import CType, ctype
 from gradc.backends.c.kernel import anchored, ctx_gen
 from gradc.backends.c.scalar import narrow, widen
-from gradc.backends.cuda.kernel import CudaKernel, check_table, coords, row_major, static_shape
+from gradc.backends.cuda.kernel import (TABLE_BUDGET, CudaKernel, check_table, coords, row_major,
+                                        static_shape)
 
 
 def _bits(w: np.ndarray) -> list[int]:
@@ -92,6 +94,7 @@ def _reach(idx: list[np.ndarray], wts: list[np.ndarray], n: int) -> tuple[list[i
 
 
 UNROLL = 64  # dY elements per dX element up to which a unit resample_grad is unrolled
+PADDED = 2048  # terms per dX element up to which a weighted resample_grad is written out
 ONE = 0x3F800000  # the bits of 1.0f
 
 
@@ -127,6 +130,9 @@ def emit_resample_grad(k: CudaKernel) -> None:
     units = [_unit(*reach) for reach in reaches]
     if all(u is not None for u in units) and _prod([max(u) for u in units if u]) <= UNROLL:
         _emit_blocks(k, an, [u for u in units if u is not None], reg, yst)
+        return
+    if _padded_size(reaches, reg) <= PADDED:
+        _emit_padded(k, an, reaches, reg, yst)
         return
     tabs = [None if reg[a] else (
         k.table("int64_t", reach[0]), k.table("int64_t", reach[1]),
@@ -171,6 +177,124 @@ def emit_resample_grad(k: CudaKernel) -> None:
         value = epi.get(an.out)
         cw.line(f"const {t.store} r = {narrow(t, 'acc')};", *epi.lines,
                 f"{k.param(an.out)}[{i}] = {value};")
+
+
+def _shape_of(reach: tuple[list[int], ...]) -> tuple[int, int, int, int]:
+    """(most groups, fewest groups, most taps, fewest taps) of an axis' positions."""
+    gstart, _, wstart, _ = reach
+    groups = [b - a for a, b in zip(gstart, gstart[1:])] or [0]
+    taps = [b - a for a, b in zip(wstart, wstart[1:])] or [0]
+    return max(groups), min(groups), max(taps), min(taps)
+
+
+def _padded_size(reaches: list[tuple[list[int], ...]], reg: list[int]) -> int:
+    """The terms ``_emit_padded`` writes out per element of dX (and its tables' entries)."""
+    n, table = 1, 0
+    for reach, g in zip(reaches, reg):
+        if g:
+            n *= g
+        else:
+            most, _, taps, _ = _shape_of(reach)
+            n *= most * taps
+            table = max(table, (len(reach[0]) - 1) * most * taps)
+    return n if table <= TABLE_BUDGET else PADDED + 1
+
+
+def _emit_padded(k: CudaKernel, an: Any, reaches: list[tuple[list[int], ...]], reg: list[int],
+                 yst: list[int]) -> None:
+    """resample_grad with every group and tap unrolled (at most ``PADDED`` per element): each
+    thread reads its position's groups on each weighted axis -- dY coordinate, taps and their
+    weights, from tables padded to the axis' most groups and taps -- into register arrays
+    once, then runs the general kernel's loop nest with constant trip counts (``#pragma
+    unroll``: no table read inside it), a guard on each group or tap that its position lacks:
+    the same terms in the same order (dY elements in increasing index, each one's taps corner
+    by corner)."""
+    dy, res = an.operand(0), an.result
+    t = ctype(dy.type.dtype)
+    cw = k.code
+    r = len(reg)
+    shapes = [_shape_of(reach) if not reg[a] else (reg[a], reg[a], 1, 1)
+              for a, reach in enumerate(reaches)]
+    tabs: list[tuple[str, str, str, str] | None] = []
+    for a, reach in enumerate(reaches):
+        if reg[a]:
+            tabs.append(None)
+            continue
+        gstart, coord, wstart, weight = reach
+        most, _, taps, _ = shapes[a]
+        ng, yc, nt, w = [], [], [], []
+        for e in range(len(gstart) - 1):
+            gs = list(range(gstart[e], gstart[e + 1]))
+            ng.append(len(gs))
+            for j in range(most):
+                g = gs[j] if j < len(gs) else None
+                yc.append(coord[g] if g is not None else 0)
+                ws = weight[wstart[g]:wstart[g + 1]] if g is not None else []
+                nt.append(len(ws))
+                w += [ws[h] if h < len(ws) else 0 for h in range(taps)]
+        tabs.append((k.table("int32_t", ng), k.table("int64_t", yc), k.table("int32_t", nt),
+                     k.table("uint32_t", w)))
+    weighted = [a for a in range(r) if not reg[a]]
+    with k.each(_prod(static_shape(k, res.type.shape))) as i:
+        c = coords(k, res.type.shape, i, "c")
+        for a in weighted:  # this position's groups of axis a, into registers
+            tab = tabs[a]
+            assert tab is not None
+            most, _, taps, _ = shapes[a]
+            cw.line(f"const int64_t b{a} = {c[a]} * {most};",
+                    f"const int n{a} = {tab[0]}[{c[a]}];",
+                    f"int64_t y{a}[{most}];", f"int t{a}[{most}];", f"float w{a}[{most}][{taps}];",
+                    "#pragma unroll")
+            with cw.block(f"for (int j = 0; j < {most}; j++)"):
+                cw.line(f"y{a}[j] = {tab[1]}[b{a} + j];", f"t{a}[j] = {tab[2]}[b{a} + j];",
+                        "#pragma unroll")
+                with cw.block(f"for (int h = 0; h < {taps}; h++)"):
+                    cw.line(f"w{a}[j][h] = gc_bits2f({tab[3]}[(b{a} + j) * {taps} + h]);")
+        cw.line(f"{t.acc} acc = 0;")
+        heads = []
+        for a in range(r):  # the groups: dY elements in increasing index
+            most, fewest = shapes[a][0], shapes[a][1]
+            heads += ["#pragma unroll", f"for (int j{a} = 0; j{a} < {most}; j{a}++)"]
+            if not reg[a] and most > fewest:
+                heads.append(f"if (j{a} < n{a})")
+        with _nest(cw, heads):
+            flat = " + ".join((f"y{a}[j{a}]" if not reg[a] else
+                               f"({c[a]} * {reg[a]} + j{a})" if reg[a] != 1 else c[a])
+                              + (f" * {yst[a]}" if yst[a] != 1 else "") for a in range(r)) or "0"
+            cw.line(f"const int64_t yi = {flat};")
+            pro = ctx_gen(k, dy.type.shape, "yi", an.loads, prefix="a")
+            dv = pro.get(dy)
+            cw.line(*pro.lines, f"const {t.acc} d = ({t.acc}){widen(t, dv)};")
+            theads = []
+            for a in weighted:  # then its taps, corner by corner
+                _, _, taps, fewest_taps = shapes[a]
+                theads += ["#pragma unroll", f"for (int h{a} = 0; h{a} < {taps}; h{a}++)"]
+                if taps > fewest_taps:
+                    theads.append(f"if (h{a} < t{a}[j{a}])")
+            with _nest(cw, theads):
+                if weighted:
+                    prod = f"w{weighted[0]}[j{weighted[0]}][h{weighted[0]}]"
+                    for a in weighted[1:]:
+                        prod = f"({prod} * w{a}[j{a}][h{a}])"  # float32, left to right
+                    cw.line(f"acc += ({t.acc}){prod} * d;")
+                else:
+                    cw.line("acc += d;")
+        epi = ctx_gen(k, res.type.shape, i, an.loads, {res: "r"}, prefix="e")
+        value = epi.get(an.out)
+        cw.line(f"const {t.store} r = {narrow(t, 'acc')};", *epi.lines,
+                f"{k.param(an.out)}[{i}] = {value};")
+
+
+@contextmanager
+def _nest(cw: Any, heads: list[str]) -> Iterator[None]:
+    """Blocks nested under ``heads``; a ``#pragma`` head is a line before the next one."""
+    with ExitStack() as stack:
+        for head in heads:
+            if head.startswith("#"):
+                cw.line(head)
+            else:
+                stack.enter_context(cw.block(head))
+        yield
 
 
 def _unit(gstart: list[int], coord: list[int], wstart: list[int],

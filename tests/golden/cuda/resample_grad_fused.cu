@@ -10,22 +10,22 @@
 
 /* ... prelude.cuh and the C prelude's helpers (tests/test_cuda_golden.py) ... */
 
-__device__ const int64_t k0_t0[3] = {0, 1, 3};
-__device__ const int64_t k0_t1[3] = {0, 0, 1};
-__device__ const int64_t k0_t2[4] = {0, 1, 2, 4};
-__device__ const uint32_t k0_t3[4] = {1065353216, 0, 1065353216, 0};
-__device__ const int64_t k0_t4[3] = {0, 1, 3};
-__device__ const int64_t k0_t5[3] = {0, 0, 1};
-__device__ const int64_t k0_t6[4] = {0, 1, 2, 4};
-__device__ const uint32_t k0_t7[4] = {1065353216, 0, 1065353216, 0};
-__device__ const int64_t k0_t8[5] = {0, 3, 8, 12, 15};
-__device__ const int64_t k0_t9[15] = {0, 1, 2, 0, 1, 2, 3, 4, 3, 4, 5, 6, 5, 6, 7};
-__device__ const int64_t k0_t10[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 16};
-__device__ const uint32_t k0_t11[16] = {1065353216, 1061158912, 1048576000, 0, 1048576000, 1061158912, 1061158912, 1048576000, 1048576000, 1061158912, 1061158912, 1048576000, 1048576000, 1061158912, 1065353216, 0};
-__device__ const int64_t k0_t12[5] = {0, 3, 8, 12, 15};
-__device__ const int64_t k0_t13[15] = {0, 1, 2, 0, 1, 2, 3, 4, 3, 4, 5, 6, 5, 6, 7};
-__device__ const int64_t k0_t14[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 16};
-__device__ const uint32_t k0_t15[16] = {1065353216, 1061158912, 1048576000, 0, 1048576000, 1061158912, 1061158912, 1048576000, 1048576000, 1061158912, 1061158912, 1048576000, 1048576000, 1061158912, 1065353216, 0};
+__device__ const int32_t k0_t0[2] = {1, 2};
+__device__ const int64_t k0_t1[4] = {0, 0, 0, 1};
+__device__ const int32_t k0_t2[4] = {1, 0, 1, 2};
+__device__ const uint32_t k0_t3[8] = {1065353216, 0, 0, 0, 0, 0, 1065353216, 0};
+__device__ const int32_t k0_t4[2] = {1, 2};
+__device__ const int64_t k0_t5[4] = {0, 0, 0, 1};
+__device__ const int32_t k0_t6[4] = {1, 0, 1, 2};
+__device__ const uint32_t k0_t7[8] = {1065353216, 0, 0, 0, 0, 0, 1065353216, 0};
+__device__ const int32_t k0_t8[4] = {3, 5, 4, 3};
+__device__ const int64_t k0_t9[20] = {0, 1, 2, 0, 0, 0, 1, 2, 3, 4, 3, 4, 5, 6, 0, 5, 6, 7, 0, 0};
+__device__ const int32_t k0_t10[20] = {1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 2, 0, 0};
+__device__ const uint32_t k0_t11[40] = {1065353216, 0, 1061158912, 0, 1048576000, 0, 0, 0, 0, 0, 0, 0, 1048576000, 0, 1061158912, 0, 1061158912, 0, 1048576000, 0, 1048576000, 0, 1061158912, 0, 1061158912, 0, 1048576000, 0, 0, 0, 1048576000, 0, 1061158912, 0, 1065353216, 0, 0, 0, 0, 0};
+__device__ const int32_t k0_t12[4] = {3, 5, 4, 3};
+__device__ const int64_t k0_t13[20] = {0, 1, 2, 0, 0, 0, 1, 2, 3, 4, 3, 4, 5, 6, 0, 5, 6, 7, 0, 0};
+__device__ const int32_t k0_t14[20] = {1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 2, 0, 0};
+__device__ const uint32_t k0_t15[40] = {1065353216, 0, 1061158912, 0, 1048576000, 0, 0, 0, 0, 0, 0, 0, 1048576000, 0, 1061158912, 0, 1061158912, 0, 1048576000, 0, 1048576000, 0, 1061158912, 0, 1061158912, 0, 1048576000, 0, 0, 0, 1048576000, 0, 1061158912, 0, 1065353216, 0, 0, 0, 0, 0};
 
 /* fused */
 GC_KERNEL k0(char *__restrict__ gc_arena) {
@@ -40,21 +40,101 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
     const int64_t c1 = (int64_t)(c_u / 16u % 2u);
     const int64_t c2 = (int64_t)(c_u / 4u % 4u);
     const int64_t c3 = (int64_t)(c_u % 4u);
+    const int64_t b0 = c0 * 2;
+    const int n0 = k0_t0[c0];
+    int64_t y0[2];
+    int t0[2];
+    float w0[2][2];
+    #pragma unroll
+    for (int j = 0; j < 2; j++) {
+      y0[j] = k0_t1[b0 + j];
+      t0[j] = k0_t2[b0 + j];
+      #pragma unroll
+      for (int h = 0; h < 2; h++) {
+        w0[j][h] = gc_bits2f(k0_t3[(b0 + j) * 2 + h]);
+      }
+    }
+    const int64_t b1 = c1 * 2;
+    const int n1 = k0_t4[c1];
+    int64_t y1[2];
+    int t1[2];
+    float w1[2][2];
+    #pragma unroll
+    for (int j = 0; j < 2; j++) {
+      y1[j] = k0_t5[b1 + j];
+      t1[j] = k0_t6[b1 + j];
+      #pragma unroll
+      for (int h = 0; h < 2; h++) {
+        w1[j][h] = gc_bits2f(k0_t7[(b1 + j) * 2 + h]);
+      }
+    }
+    const int64_t b2 = c2 * 5;
+    const int n2 = k0_t8[c2];
+    int64_t y2[5];
+    int t2[5];
+    float w2[5][2];
+    #pragma unroll
+    for (int j = 0; j < 5; j++) {
+      y2[j] = k0_t9[b2 + j];
+      t2[j] = k0_t10[b2 + j];
+      #pragma unroll
+      for (int h = 0; h < 2; h++) {
+        w2[j][h] = gc_bits2f(k0_t11[(b2 + j) * 2 + h]);
+      }
+    }
+    const int64_t b3 = c3 * 5;
+    const int n3 = k0_t12[c3];
+    int64_t y3[5];
+    int t3[5];
+    float w3[5][2];
+    #pragma unroll
+    for (int j = 0; j < 5; j++) {
+      y3[j] = k0_t13[b3 + j];
+      t3[j] = k0_t14[b3 + j];
+      #pragma unroll
+      for (int h = 0; h < 2; h++) {
+        w3[j][h] = gc_bits2f(k0_t15[(b3 + j) * 2 + h]);
+      }
+    }
     float acc = 0;
-    for (int64_t g0 = k0_t0[c0]; g0 < k0_t0[c0 + 1]; g0++) {
-      for (int64_t g1 = k0_t4[c1]; g1 < k0_t4[c1 + 1]; g1++) {
-        for (int64_t g2 = k0_t8[c2]; g2 < k0_t8[c2 + 1]; g2++) {
-          for (int64_t g3 = k0_t12[c3]; g3 < k0_t12[c3 + 1]; g3++) {
-            const int64_t yi = k0_t1[g0] * 128 + k0_t5[g1] * 64 + k0_t9[g2] * 8 + k0_t13[g3];
-            const float a0 = p1[yi];
-            const float a1 = p2[yi];
-            const float a2 = (a0 > 0 ? a1 : (0x0.0p+0f));
-            const float d = (float)a2;
-            for (int64_t h0 = k0_t2[g0]; h0 < k0_t2[g0 + 1]; h0++) {
-              for (int64_t h1 = k0_t6[g1]; h1 < k0_t6[g1 + 1]; h1++) {
-                for (int64_t h2 = k0_t10[g2]; h2 < k0_t10[g2 + 1]; h2++) {
-                  for (int64_t h3 = k0_t14[g3]; h3 < k0_t14[g3 + 1]; h3++) {
-                    acc += (float)(((gc_bits2f(k0_t3[h0]) * gc_bits2f(k0_t7[h1])) * gc_bits2f(k0_t11[h2])) * gc_bits2f(k0_t15[h3])) * d;
+    #pragma unroll
+    for (int j0 = 0; j0 < 2; j0++) {
+      if (j0 < n0) {
+        #pragma unroll
+        for (int j1 = 0; j1 < 2; j1++) {
+          if (j1 < n1) {
+            #pragma unroll
+            for (int j2 = 0; j2 < 5; j2++) {
+              if (j2 < n2) {
+                #pragma unroll
+                for (int j3 = 0; j3 < 5; j3++) {
+                  if (j3 < n3) {
+                    const int64_t yi = y0[j0] * 128 + y1[j1] * 64 + y2[j2] * 8 + y3[j3];
+                    const float a0 = p1[yi];
+                    const float a1 = p2[yi];
+                    const float a2 = (a0 > 0 ? a1 : (0x0.0p+0f));
+                    const float d = (float)a2;
+                    #pragma unroll
+                    for (int h0 = 0; h0 < 2; h0++) {
+                      if (h0 < t0[j0]) {
+                        #pragma unroll
+                        for (int h1 = 0; h1 < 2; h1++) {
+                          if (h1 < t1[j1]) {
+                            #pragma unroll
+                            for (int h2 = 0; h2 < 2; h2++) {
+                              if (h2 < t2[j2]) {
+                                #pragma unroll
+                                for (int h3 = 0; h3 < 2; h3++) {
+                                  if (h3 < t3[j3]) {
+                                    acc += (float)(((w0[j0][h0] * w1[j1][h1]) * w2[j2][h2]) * w3[j3][h3]) * d;
+                                  }
+                                }
+                              }
+                            }
+                          }
+                        }
+                      }
+                    }
                   }
                 }
               }
