@@ -191,3 +191,17 @@ def test_frameworks_disagree_as_conformance_md_says():
     m = make([oh.make_node("Cast", ["x"], ["y"], to=10)], {"x": (F32, [1])}, {"y": np.float16})
     nan = np.array([0xFFEC2000], np.uint32).view(F32)  # float16 0xff61 widened
     assert run_ort(m, {"x": nan})["y"].view(np.uint16)[0] == 0xFE00
+
+
+def test_a_float64_exponent_beyond_float32_is_refused_without_a_warning():
+    """Pow's exponent is taken in float32 (gradc's pow attribute, which must be finite): 1e300
+    rounds to inf there, and the import says so -- quietly otherwise (fuzz seed 17171 saw
+    NumPy's overflow warning on stderr before the refusal)."""
+    import warnings
+
+    m = unary("Pow", [2, 3], extra=("e",), inits={"e": np.float64(1e300)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(gradc.errors.GradcError, match=r"exponent: expected a finite "
+                                                          r"float32, got inf"):
+            gradc.from_onnx(m)

@@ -79,7 +79,8 @@ def _pow(n: OnnxNode, ctx: Context) -> list[Produced]:
     e = ctx.const(n, 1, "Y")
     if e is None:  # _pow_check reports a missing exponent first
         raise UnsupportedError("input Y: the exponent must be a constant")
-    y = ops.pow(x, float(np.float32(e.reshape(-1)[0])))
+    with np.errstate(over="ignore"):  # a float64 exponent beyond float32's range is +-inf
+        y = ops.pow(x, float(np.float32(e.reshape(-1)[0])))
     if e.ndim > x.type.rank:  # the broadcast adds leading 1s
         y = ops.reshape(y, (1,) * (e.ndim - x.type.rank) + tuple(x.type.shape))
     return [y]
