@@ -480,3 +480,15 @@ def test_embedded_ir_that_does_not_parse_is_a_parse_error():
             p.value = "graph g( {"
     with pytest.raises(gradc.ParseError, match="embedded gradc IR"):
         gradc.from_onnx(m)
+
+
+def test_windows_over_a_dim_beyond_2_53_pass_the_checker():
+    """ONNX shape inference sizes a Slice in double precision: a max pooling over a padded dim
+    of 2**53 + 6 gave Slices inferred one short, and a Where of them failed the checker (fuzz
+    seed 17171). The export hides those Slices' bounds from inference, as it does Range's."""
+    g = gradc.Graph("huge")
+    x = g.input("x", "float32", (1, 1, 4, 4))
+    p = ops.pad(x, (0, 0, 1, 0), (0, 0, 2 ** 53 + 1, 0))
+    g.output(ops.max_pooling(p, (2, 1), (1, 1)), "y")
+    assert g.outputs[0].type.shape == (1, 1, 2 ** 53 + 5, 4)
+    onnx.checker.check_model(gradc.to_onnx(g), full_check=True)

@@ -93,7 +93,16 @@ class OnnxGraphBuilder:
 
     def op(self, op_type: str, inputs: Sequence[Tensor | None], dtype: DType,
            shape: Sequence[Dim], **attrs: Any) -> Tensor:
-        """Append one node with one result and return that result."""
+        """Append one node with one result and return that result.
+
+        ONNX shape inference sizes a Slice in double precision too (``range`` below), which
+        is wrong for a data dim above 2**53: there its starts and ends go through an Identity
+        that inference does not see through (the checker then leaves the size unknown)."""
+        if op_type == "Slice" and inputs and inputs[0] is not None and any(
+                isinstance(d, int) and d > 2 ** 53 for d in inputs[0].shape):
+            inputs = [inputs[0]] + [self.op("Identity", [t], t.dtype, t.shape)
+                                    if t is not None else None for t in inputs[1:3]] \
+                + list(inputs[3:])
         out = Tensor(self.fresh(f"{self.scope}:{len(self.nodes)}"), dtype, tuple(shape))
         name = f"{self.scope}/{op_type}"
         k = 0
