@@ -9,8 +9,10 @@ update (``fuzz.training_stage``); now and then one public entry point called
 with a bad argument (``hostile_api_call``); ``artifact`` for one target; compile on
 each target (after the default passes, none, or a random list of passes); and, when every
 tensor is small, a run on random inputs with the outputs compared between targets (``numpy``
-and ``c`` bit for bit with the reference, ``onnx`` within the tolerance of ``gradc check``) and
-the inputs checked to be left unchanged. A ``GradcError`` at a stage is a refusal: that stage's
+and ``c`` bit for bit with the reference, ``onnx`` within the tolerance of ``gradc check``;
+for a tenth of the small graphs also the cuda target through its host harness, bit for bit in
+``sums="canonical"`` and within the tolerance in ``"split"``) and the inputs checked to be
+left unchanged. A ``GradcError`` at a stage is a refusal: that stage's
 dependants are skipped and the refusal is reported; anything else propagates as a crash or a
 ``Finding``.
 """
@@ -18,8 +20,10 @@ dependants are skipped and the refusal is reported; anything else propagates as 
 from __future__ import annotations
 
 import math
+import os
 import random
 import re
+import shutil
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -43,6 +47,10 @@ from fuzz.training_stage import check_training
 RUN_LIMIT = 200_000  # run on random inputs only when every tensor together is this small
 TARGETS = ("reference", "numpy", "c", "onnx")
 C_MAX_NODES = 300  # graphs compiled for C (see check_graph)
+# The cuda target's kernels through its host harness (C++ on the CPU, bit for bit with the GPU's
+# arithmetic): a C++ build of every graph would take most of a campaign, so a tenth of the
+# small graphs that the C target takes
+CUDA_HOST_NODES, CUDA_HOST_SHARE = 40, 0.1
 ONNX_MAX_ELEMENTS = 1 << 22  # graphs compiled for onnx: every tensor together (check_graph)
 
 
@@ -182,18 +190,20 @@ SUMMING = frozenset({"reduce_sum", "resample", "resample_grad", "max_pooling_gra
 # differ", 4 ulps): so ``c`` is held to the tolerance, not bit for bit, where they occur.
 def compare(target: str, out: Mapping[str, Any], ref: Mapping[str, np.ndarray],
             sums: bool = False, half: bool = False, approx: bool = False,
-            floor: float = 0.0) -> None:
+            floor: float = 0.0, exact: bool | None = None) -> None:
     """Raise a ``mismatch`` Finding when a target's outputs differ from the reference's;
     ``half``: the graph computes in float16 somewhere (see the onnx rule below); ``approx``:
     an exact target is held to the tolerance too (ops with ``transcendental`` set);
-    ``floor``: see ``close``; like ``gradc check``, an output is held to 64 ulps of the
+    ``floor``: see ``close``; ``exact``: whether the target is bit for bit (default: the
+    target's); like ``gradc check``, an output is held to 64 ulps of the
     largest output of its dtype at least (a gradient that is 0 in exact arithmetic holds the
     rounding noise of the sums the others come from).
     """
     if set(out) != set(ref):
         raise Finding("mismatch", f"{target}:outputs",
                       f"{target}: outputs {sorted(out)} against the reference's {sorted(ref)}")
-    exact = gradc.backends.TARGETS[target].exact
+    if exact is None:  # (the executable's own, where an option may reorder sums)
+        exact = gradc.backends.TARGETS[target].exact
     scales = output_scales(ref)  # as gradc check: 64 ulps of the largest output of a dtype
     for name, want in ref.items():
         got = out[name]
@@ -264,6 +274,9 @@ def check_graph(g: Graph, opts: Mapping[str, Any], stages: Stages | None = None)
     # pooling window's 2^24 positions takes seconds): slow work on a huge graph, not a hang
     onnx_ok = total_elements(g, bind) <= ONNX_MAX_ELEMENTS
     targets = [t for t in TARGETS if (t != "c" or c_ok) and (t != "onnx" or onnx_ok)]
+    if c_ok and len(g.nodes) <= CUDA_HOST_NODES and rng.random() < CUDA_HOST_SHARE \
+            and shutil.which(os.environ.get("CXX", "c++").split()[0]):
+        targets.append("cuda-host")
     if rng.random() < 0.3:
         art = rng.choice(["numpy", "onnx"] + (["c"] if "c" in targets else []))
         st.run(f"artifact:{art}", lambda: gradc.api.artifact(g, art, shapes=shapes))
@@ -273,8 +286,12 @@ def check_graph(g: Graph, opts: Mapping[str, Any], stages: Stages | None = None)
         passes: Any = None if t == "reference" or rng.random() < 0.2 else "default"
         if passes and rng.random() < 0.25:  # another pipeline: passes in any order, repeated
             passes = [rng.choice(names) for _ in range(rng.randint(1, 6))]
+        extra: dict[str, Any] = {}
+        if t == "cuda-host":  # canonical sums (bit for bit) mostly, split ones now and then
+            extra = {"runtime": "host", "sums": "split" if rng.random() < 0.3 else "canonical"}
         exe = st.run(f"compile:{t}",
-                     lambda: gradc.compile(g, target=t, passes=passes, shapes=shapes))
+                     lambda: gradc.compile(g, target=t.removesuffix("-host"), passes=passes,
+                                           shapes=shapes, **extra))
         if exe is not None:
             exes[t] = exe
     if "reference" not in exes or total_elements(g, bind) > RUN_LIMIT:
@@ -300,8 +317,11 @@ def check_graph(g: Graph, opts: Mapping[str, Any], stages: Stages | None = None)
         same_input_error(t, ref_error, live_error, error, out is not None)
         if out is None or ref is None or undefined_casts(g):
             continue
-        libm = t == "c" and uses_transcendental(g)  # the C library's last bits (§9.5)
-        if opts.get("exact_only") and (libm or not gradc.backends.TARGETS[t].exact):
+        # the C library's last bits (§9.5); the host harness's double libm calls are glibc's
+        libm = t in ("c", "cuda-host") and uses_transcendental(g)
+        exact = exe.exact if t == "cuda-host" else None  # False: a sum was split (§9.5)
+        if opts.get("exact_only") and (libm or not (exact if exact is not None else
+                                                    gradc.backends.TARGETS[t].exact)):
             continue  # run (crashes count) but not compared: see fuzz/training_stage.py
         if t == "onnx" and any(n.op in TRAINING_SUMMING for n in g.nodes):
             tame = tame_feeds(feeds, stream("tame"))
@@ -314,7 +334,7 @@ def check_graph(g: Graph, opts: Mapping[str, Any], stages: Stages | None = None)
         if floor is None:
             floor = floor_for(g, feeds, bind)
         compare(t, out, ref, sums=any(n.op in SUMMING for n in g.nodes), half=half,
-                approx=libm, floor=floor)
+                approx=libm, floor=floor, exact=exact)
     return st.status
 
 

@@ -116,7 +116,8 @@ def test_no_user_name_reaches_the_source():
 
 def test_huge_axes_are_refused_before_any_table_is_built():
     """A pooling or resampling axis whose geometry tables would be huge (a legal type of
-    terabytes) is refused in milliseconds, not generated."""
+    terabytes), or a backward convolution of a huge stride, is refused in milliseconds, not
+    generated."""
     import time
 
     from gradc.errors import UnsupportedError
@@ -129,3 +130,12 @@ def test_huge_axes_are_refused_before_any_table_is_built():
         with pytest.raises(UnsupportedError, match="baked into its source"):
             generate(g, {})
         assert time.perf_counter() - start < 1.0
+    # a strided backward convolution's phases (stride x taps per axis): a stride of 2**30 took
+    # the fuzzer's whole timeout building a list of every phase (seed 6262)
+    g = gradc.Graph("t")
+    x, w = g.input("x", "float32", (1, 1, 2, 2)), g.input("w", "float32", (1, 1, 2, 2))
+    g.output(gradc.ops.convolution(x, w, direction="backward", strides=(2 ** 30, 3)), "y")
+    start = time.perf_counter()
+    with pytest.raises(UnsupportedError, match="stride phases times taps"):
+        generate(g, {})
+    assert time.perf_counter() - start < 1.0

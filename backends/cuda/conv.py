@@ -36,7 +36,7 @@ from typing import Any, Sequence
 from gradc.backends.c.ctypes_map import ctype
 from gradc.backends.c.scalar import narrow, widen
 from gradc.backends.cuda import tiled, tiling
-from gradc.backends.cuda.kernel import CudaKernel, row_major, static_shape
+from gradc.backends.cuda.kernel import CudaKernel, check_table, row_major, static_shape
 
 
 def _prod(sizes: Sequence[int]) -> int:
@@ -166,6 +166,7 @@ def _phase_taps(K: int, s: int, d: int, sp: int) -> tuple[list[list[int]], list[
     """Per phase ``r`` of an output position (``(o + sp) % s``) of a transposed convolution's
     axis: its taps, in decreasing order (the reference's order: input positions increasing),
     padded with -1 to the longest list; and its first output position."""
+    check_table("convolution", "stride phases times taps per axis", s * K)  # before the loop
     lists = [[k for k in range(K - 1, -1, -1) if (r - k * d) % s == 0] for r in range(s)]
     width = max(len(x) for x in lists)
     return [x + [-1] * (width - len(x)) for x in lists], [(r - sp) % s for r in range(s)]
