@@ -84,6 +84,15 @@ class _Layer:
         self.g = int(a["group_count"])
         self.flip = a["mode"] == "convolution"
         self.forward = a["direction"] == "forward"
+        # the largest magnitude a position's arithmetic reaches on any axis (``o * s - sp +
+        # k * d`` and the phases' forms): the index type must hold it, not only the counts
+        # (a stride of 2**24 over 129 outputs overflowed an int, fuzz seed 7373)
+        # (every size of the axis bounds each factor: a filter gradient's sum runs over dY's
+        # positions, which it multiplies by the stride)
+        self.reach = max([(m + 1) * (max(sa, 1) + max(da, 1) + 1) + abs(pa)
+                          for m, sa, pa, da in zip(
+                              map(max, self.xs[2:], self.ys[2:], self.ws[2:]), self.s, self.sp,
+                              self.d)], default=0)
 
 
 def emit_convolution(k: CudaKernel) -> None:
@@ -101,7 +110,7 @@ def emit_convolution(k: CudaKernel) -> None:
     co_all = L.ys[1]
     cig, cog = ci_all // L.g, co_all // L.g
     taps, px, po = _prod(kk_sizes), _prod(sx), _prod(so)
-    ix = tiling.index_type(_prod(L.xs), _prod(L.ws), _prod(L.ys), cig * taps)
+    ix = tiling.index_type(_prod(L.xs), _prod(L.ws), _prod(L.ys), cig * taps, L.reach)
     xst = row_major(sx)
     pw, px_, py = k.param(w), k.param(x), k.param(y)
     a_op = _filter_forward(L, pw, t, cig, cog, taps, ix) if L.forward else \
@@ -190,7 +199,8 @@ def _emit_phases(k: CudaKernel, L: _Layer, x: Any, w: Any, y: Any, bias: Any) ->
     phases, tm, q = _prod(L.s), _prod(width), _prod(grid)
     tabs = [k.table("int", [v for row in lists for v in row]) for lists, _ in geo]
     firsts = [k.table("int", f) for _, f in geo]
-    ix = tiling.index_type(_prod(L.xs), _prod(L.ws), _prod(L.ys), nb * q * phases * L.g)
+    ix = tiling.index_type(_prod(L.xs), _prod(L.ws), _prod(L.ys), nb * q * phases * L.g,
+                           L.reach)
     xst, ost, kst = row_major(sx), row_major(so), row_major(ks)
     pw, px_, py = k.param(w), k.param(x), k.param(y)
 
@@ -298,7 +308,7 @@ def emit_filter_grad(k: CudaKernel) -> None:
     ca, cf = it[1] // L.g, other[1] // L.g
     sit, sot, ksz = it[2:], other[2:], ws[2:]
     taps, pi, po = _prod(ksz), _prod(sit), _prod(sot)
-    ix = tiling.index_type(_prod(L.xs), _prod(L.ws), _prod(ws), nb * pi)
+    ix = tiling.index_type(_prod(L.xs), _prod(L.ws), _prod(ws), nb * pi, L.reach)
     ost = row_major(sot)
 
     def a_row(tag: str, r: str) -> list[str]:
