@@ -5,7 +5,6 @@ Transpose into a MatMul with a matrix."""
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 

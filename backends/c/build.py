@@ -32,7 +32,15 @@ BASE_FLAGS = ("-std=c11", "-O3", "-ffp-contract=off", "-fno-fast-math", "-fno-ma
 # them through a struct), so one with 3 outputs and a handful of inputs stayed scalar: AdamW's
 # update, 3 outputs and 8 operands, ran at 3.3 ns per element on one thread. Probed: compilers
 # that do not know the parameter simply go without it.
-OPTIONAL_FLAGS = ("-march=native", "--param=vect-max-version-for-alias-checks=64")
+# GCC 12's loop vectorizer miscompiles with 512-bit vectors on AVX-512 machines: a thin
+# transposed convolution's direct loops (stride 2 on the last axis) lost terms at -O3
+# -march=native and were right at -O2, without AVX-512 or with 256-bit vectors (fuzz seed
+# 8484; tests/test_c_backward_conv_strides.py). 256-bit vectors cost 0-2% on this project's
+# AMD EPYC (Zen 4 splits 512-bit operations in two): squeezenet1_0's batch-8 step 11.86 ->
+# 12.11 ms, resnet18's 32.34 -> 32.70, the MLP's 0.26 -> 0.24. Compilers without the flag
+# (other architectures) go without it.
+OPTIONAL_FLAGS = ("-march=native", "--param=vect-max-version-for-alias-checks=64",
+                  "-mprefer-vector-width=256")
 OPENMP_FLAG = "-fopenmp"
 PROBE_SOURCE = "#include <omp.h>\nint gradc_probe(void) { return omp_get_max_threads(); }\n"
 
