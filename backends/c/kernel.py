@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
@@ -64,13 +65,6 @@ def padded(shape: Sequence[Dim], rank: int) -> tuple[Dim, ...]:
 NARROW = 1 << 31  # shapes with fewer elements may index in unsigned 32-bit arithmetic
 
 
-def _prod(sizes: Sequence[int]) -> int:
-    n = 1
-    for s in sizes:
-        n *= s
-    return n
-
-
 class FlatCtx:
     """An element of ``shape`` given by its flat index; operands broadcast to it.
 
@@ -108,7 +102,7 @@ class FlatCtx:
             assert self.gen is not None
             st = strides(self.dims, self.shape)
             sizes = [s for s in (self.dims.static(d) for d in self.shape) if s is not None]
-            if self.narrow and len(sizes) == len(self.shape) and _prod(sizes) < NARROW:
+            if self.narrow and len(sizes) == len(self.shape) and math.prod(sizes) < NARROW:
                 self.gen.lines.append(f"const int64_t {name} = (int64_t)((uint32_t)"
                                       f"({self.flat}) / {st[k]}u % {sizes[k]}u);")
             else:

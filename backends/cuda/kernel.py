@@ -11,6 +11,7 @@ over ``count`` work items (output elements, groups, ...), from which ``emit.py``
 
 from __future__ import annotations
 
+import math
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -129,7 +130,7 @@ def coords(k: Kernel, shape: Sequence[Dim], flat: str, prefix: str) -> list[str]
     static); returns their names."""
     sizes = static_shape(k, shape)
     names = []
-    narrow = len(sizes) > 1 and _prod(sizes) < NARROW  # a GPU divides int64 in software
+    narrow = len(sizes) > 1 and math.prod(sizes) < NARROW  # a GPU divides int64 in software
     if narrow:
         k.code.line(f"const uint32_t {prefix}_u = (uint32_t)({flat});")
     for a, (size, st) in enumerate(zip(sizes, row_major(sizes))):
@@ -143,13 +144,6 @@ def coords(k: Kernel, shape: Sequence[Dim], flat: str, prefix: str) -> list[str]
         names.append(f"{prefix}{a}")
         k.code.line(f"const int64_t {names[-1]} = {value};")
     return names
-
-
-def _prod(sizes: Sequence[int]) -> int:
-    n = 1
-    for s in sizes:
-        n *= s
-    return n
 
 
 def row_major(sizes: Sequence[int]) -> list[int]:

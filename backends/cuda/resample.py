@@ -165,18 +165,8 @@ def emit_resample_grad(k: CudaKernel) -> None:
             theads = [f"for (int64_t h{a} = {tab[2]}[g{a}]; h{a} < {tab[2]}[g{a} + 1]; h{a}++)"
                       for a, tab in weighted]
             with cw.blocks(theads) if theads else cw.block():
-                ws = [f"gc_bits2f({tab[3]}[h{a}])" for a, tab in weighted]
-                if ws:
-                    w = ws[0]
-                    for more in ws[1:]:
-                        w = f"({w} * {more})"
-                    cw.line(f"acc += ({t.acc}){w} * d;")
-                else:
-                    cw.line("acc += d;")
-        epi = ctx_gen(k, res.type.shape, i, an.loads, {res: "r"}, prefix="e")
-        value = epi.get(an.out)
-        cw.line(f"const {t.store} r = {narrow(t, 'acc')};", *epi.lines,
-                f"{k.param(an.out)}[{i}] = {value};")
+                _add_term(cw, t, [f"gc_bits2f({tab[3]}[h{a}])" for a, tab in weighted])
+        _finish(k, an, t, i)
 
 
 def _shape_of(reach: tuple[list[int], ...]) -> tuple[int, int, int, int]:
@@ -272,16 +262,28 @@ def _emit_padded(k: CudaKernel, an: Any, reaches: list[tuple[list[int], ...]], r
                 if taps > fewest_taps:
                     theads.append(f"if (h{a} < t{a}[j{a}])")
             with _nest(cw, theads):
-                if weighted:
-                    prod = f"w{weighted[0]}[j{weighted[0]}][h{weighted[0]}]"
-                    for a in weighted[1:]:
-                        prod = f"({prod} * w{a}[j{a}][h{a}])"  # float32, left to right
-                    cw.line(f"acc += ({t.acc}){prod} * d;")
-                else:
-                    cw.line("acc += d;")
-        epi = ctx_gen(k, res.type.shape, i, an.loads, {res: "r"}, prefix="e")
-        value = epi.get(an.out)
-        cw.line(f"const {t.store} r = {narrow(t, 'acc')};", *epi.lines,
+                _add_term(cw, t, [f"w{a}[j{a}][h{a}]" for a in weighted])
+        _finish(k, an, t, i)
+
+
+def _add_term(cw: Any, t: CType, weights: list[str]) -> None:
+    """``acc += w * d``, the weights multiplied in float32 left to right (none: ``acc += d``,
+    every weight being 1, which is exact)."""
+    if not weights:
+        cw.line("acc += d;")
+        return
+    w = weights[0]
+    for more in weights[1:]:
+        w = f"({w} * {more})"
+    cw.line(f"acc += ({t.acc}){w} * d;")
+
+
+def _finish(k: CudaKernel, an: Any, t: CType, i: str) -> None:
+    """The element's sum rounded once, the epilogue, the store."""
+    res = an.result
+    epi = ctx_gen(k, res.type.shape, i, an.loads, {res: "r"}, prefix="e")
+    value = epi.get(an.out)
+    k.code.line(f"const {t.store} r = {narrow(t, 'acc')};", *epi.lines,
                 f"{k.param(an.out)}[{i}] = {value};")
 
 
@@ -350,10 +352,7 @@ def _emit_blocks(k: CudaKernel, an: Any, sizes: list[list[int]], reg: list[int],
         cw.line(f"{t.acc} acc = 0;")
         for j, guard in enumerate(guards):
             cw.line(f"if ({guard}) acc += d{j};" if guard else f"acc += d{j};")
-        epi = ctx_gen(k, res.type.shape, i, an.loads, {res: "r"}, prefix="e")
-        value = epi.get(an.out)
-        cw.line(f"const {t.store} r = {narrow(t, 'acc')};", *epi.lines,
-                f"{k.param(an.out)}[{i}] = {value};")
+        _finish(k, an, t, i)
 
 
 def _prod(sizes: Sequence[int]) -> int:
