@@ -73,7 +73,8 @@ T0 = time.perf_counter()
 SUMS_NOTE = {
     "split": "the cuda target with sums=\"split\": long sums into few outputs (batch-norm "
              "statistics and gradients, bias gradients, loss totals; filter gradients and small "
-             "convolutions where the cost model expects a gain) added in a fixed tree, within "
+             "convolutions where the cost model expects a gain) added in a fixed tree, and "
+             "every gemm and convolution adding its terms with fused multiply-adds, within "
              "the summing ops' error bound, reproducible run to run; every other kernel "
              "bit-exact (\"reordered kernels\" counts the others)",
     "canonical": "the cuda target with sums=\"canonical\": every sum in the reference's "

@@ -5,7 +5,8 @@ The kernels run on the CPU through the host harness (``runtime="host"``), as CI 
 ``small_splits`` lowers the thresholds so that small shapes split (several parts per group, and
 one part per group), and ``forced_parts`` splits every product along K. NVRTC compiles every
 split variant (skipped without it). The canonical mode stays the default and bit-exact
-(``test_cuda_kernels.py``); a sum that fills the GPU keeps the canonical order under split too.
+(``test_cuda_kernels.py``); a reduction that fills the GPU keeps the canonical order under split
+too, while products add each term with a fused multiply-add (bit for bit a slow exact FMA chain).
 """
 
 from __future__ import annotations
@@ -265,6 +266,74 @@ def test_products_split_along_k_within_the_bound(dtype, cache, forced_parts):
     for k in want:
         tol = tols[k]
         assert_within(got[k], want[k], tol, k)
+
+
+def _fma_round(x, dtype) -> float:
+    """The exact rational ``x`` rounded to nearest (ties to even) in ``dtype``: Python's float()
+    rounds to float64 correctly; float32 checks its neighbours, double rounding being one ulp
+    off at most."""
+    from fractions import Fraction
+    r = np.float64(float(x))
+    if dtype == np.float64:
+        return r
+    c = np.float32(r)
+    best = None
+    for v in (np.nextafter(c, np.float32(-np.inf)), c, np.nextafter(c, np.float32(np.inf))):
+        d = abs(Fraction(float(v)) - x)
+        even = int(v.view(np.uint32)) % 2 == 0
+        if best is None or d < best[0] or (d == best[0] and even):
+            best = (d, v)
+    return best[1]
+
+
+def _fma_gemm(a: np.ndarray, b: np.ndarray, length: int) -> np.ndarray:
+    """``a @ b`` as the split kernels sum it: each part of ``length`` terms a chain of fused
+    multiply-adds from +0 (one rounding per term), then the parts added in order from +0."""
+    from fractions import Fraction
+    m, k = a.shape
+    out = np.zeros((m, b.shape[1]), a.dtype)
+    for i in range(m):
+        for j in range(b.shape[1]):
+            total = a.dtype.type(0)
+            for lo in range(0, k, length):
+                s = a.dtype.type(0)
+                for kk in range(lo, min(k, lo + length)):
+                    s = _fma_round(Fraction(float(a[i, kk])) * Fraction(float(b[kk, j]))
+                                   + Fraction(float(s)), a.dtype)
+                total = a.dtype.type(total + s)
+            out[i, j] = total
+    return out
+
+
+@pytest.mark.parametrize("dtype", ("float32", "float64"))
+@pytest.mark.parametrize("tile,parts", [("tiled", 1), ("tiled", 2), ("direct", 1),
+                                        ("direct", 3)])
+def test_split_products_add_each_term_with_one_fused_multiply_add(dtype, tile, parts, cache,
+                                                                  monkeypatch):
+    """Under sums="split" a product's terms are fused multiply-adds (one rounding each, within
+    §9.5's bound): the host harness gives a slow exact-arithmetic FMA chain's bits (an FMA is
+    correctly rounded, so the GPU gives them too), split or not; the canonical mode keeps two
+    roundings per term and the reference's bits."""
+    choose = tiling.choose
+    made = {}
+
+    def forced(p):
+        t = choose(p) if tile == "tiled" else tiling.DIRECT
+        made["length"] = tiling.cdiv(tiling.cdiv(p.k, parts), t.bk) * t.bk
+        return t, parts
+    monkeypatch.setattr(tiling, "choose_split", forced)
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((5, 37)).astype(dtype)
+    b = rng.standard_normal((37, 6)).astype(dtype)
+    g = _graph("fma", {"a": (dtype, a.shape), "b": (dtype, b.shape)},
+               lambda a, b: {"y": ops.gemm(a, b)})
+    ex = _compile(g, cache, sums="split")
+    assert not ex.exact and ("fmaf(" if dtype == "float32" else "fma(") in ex.source
+    got = ex(a=a, b=b)["y"]
+    assert_bits(got, _fma_gemm(a, b, made["length"] if parts > 1 else 37))
+    assert_bits(_compile(g, cache)(a=a, b=b)["y"],
+                gradc.compile(g, target="reference")(a=a, b=b)["y"])
+    assert not np.array_equal(got, gradc.compile(g, target="reference")(a=a, b=b)["y"])
 
 
 def test_the_split_policy_keeps_short_sums_canonical():

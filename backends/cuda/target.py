@@ -17,8 +17,10 @@
   normalization's statistics and gradient sums, a bias gradient, a loss's total, the long
   products of a convolution's filter gradient or of a small convolution or gemm) is added in a
   fixed tree that fills the GPU (``split.py``, ``tiling.choose_split``), within
-  SPEC-training.md §9.5's bound; sums that already fill the GPU keep the canonical order. The
-  executable's ``exact`` says which a program got (``Program.reordered`` lists the kernels).
+  SPEC-training.md §9.5's bound, and every gemm and convolution adds its terms with fused
+  multiply-adds (``tiled.py``: one rounding per term, within the same bound); the other sums
+  that already fill the GPU keep the canonical order. The executable's ``exact`` says which a
+  program got (``Program.reordered`` lists the kernels).
 - ``device``: the GPU's ordinal (default 0); ``cxx``: the host harness's compiler (default
   ``$CXX``, else ``c++``); ``cache_dir``: where CUBINs and harness libraries are cached
   (default ``$XDG_CACHE_HOME/gradc`` or ``~/.cache/gradc``).
