@@ -39,6 +39,12 @@ CHUNK_LATENCY = 500  # clocks: a chunk's loads from L2 must hide behind the prev
 # arithmetic and the barrier are exposed when few warps share an SM. ``choose_split`` weighs
 # splits with it (the tiles of the canonical order, and so the golden files, keep the other).
 SPLIT_CHUNK_LATENCY = 2400
+# Instructions a computing warp spends per kk beyond its products and fragment loads (loop,
+# addresses, waits on shared loads): fitted to bench_gpu_gemm.py --sweep on the H200 (resnet18
+# and the UNet at batch 64), where the model without it took tiles of 1-2 sums per thread for
+# 1.3-2.3x faster than they ran (a filter gradient's 32x8x64/1x1: modelled 0.089 ms, measured
+# 0.207; split 32 ways on 64x64x8/4x4 tiles it ran in 0.075).
+KK_OVERHEAD = 3
 
 Lines = list[str]
 
@@ -189,29 +195,44 @@ def cost(p: Product, t: Tile, latency: int = CHUNK_LATENCY) -> float:
         wf += each * max(1.0, nd * 16 / 128)
     fp = 2 * t.tm * t.tn  # warp instructions a kk (FP64 issues at half the rate)
     staging = ((t.bm * (p.a.cost + 2) + t.bn * (p.b.cost + 3)) * t.bk / BLOCK + 40) / t.bk
-    issue = warps * (fp * word + loads) + resident * BLOCK // 32 * staging  # all schedulers
+    issue = warps * (fp * word + loads + KK_OVERHEAD) + resident * BLOCK // 32 * staging
     # a computing warp's own chain: its instructions, or the dependent additions (4 clocks)
-    per_kk = max(issue / 4, warps * wf, fp + loads + staging + 2, 4 * 1.15, latency / t.bk)
+    per_kk = max(issue / 4, warps * wf, fp + loads + staging + 2 + KK_OVERHEAD, 4 * 1.15,
+                 latency / t.bk)
     return waves * cdiv(p.k, t.bk) * t.bk * per_kk
+
+
+# The B operand's cost (integer instructions per element) from which it is an implicit GEMM's
+# (a convolution's input read through its window): its staging keeps indices per slot, and an
+# 8x8 tile's kernel then takes 169 registers (cuda_tile_resources.md), one block per SM, where
+# the cost model counts two. On the H200 the 128x64 tiles ran 2-10% faster than 128x128 on every
+# resnet18 layer swept (bench_gpu_gemm.py --sweep, batch 64), so such products go without.
+IMPLICIT_COST = 8.0
 
 
 def choose(p: Product, latency: int = CHUNK_LATENCY) -> Tile:
     """The cheapest tile for a product (``DIRECT`` when a side has at most two rows); of tiles
-    that cost about the same, the one that computes fewer outputs past the edges."""
+    that cost about the same, the one that computes fewer outputs past the edges. An implicit
+    GEMM's product (``IMPLICIT_COST``) takes no tile of 64 sums per thread."""
     if min(p.m, p.n) <= 2:
         return DIRECT
 
     def key(t: Tile) -> float:
         padded = cdiv(p.m, t.bm) * t.bm * cdiv(p.n, t.bn) * t.bn
         return cost(p, t, latency) * (1.2 - 0.2 * p.m * p.n / padded)
-    return min(tiles(p.acc), key=key)
+    shapes = [t for t in tiles(p.acc)
+              if p.b.cost <= IMPLICIT_COST or t.tm * t.tn < 64]
+    return min(shapes, key=key)
 
 
 # -- split products (sums="split") -------------------------------------------------------------
 
 SPLIT_PARTS = (2, 4, 8, 16, 32, 64, 128)  # parts tried along K
 SPLIT_MIN_TERMS = 128  # terms per part at least
-SPLIT_GAIN = 1.5  # a split is taken only when estimated this much faster than the canonical sum
+# a split is taken only when estimated this much faster than the canonical sum (1.5 until the
+# sweep of KK_OVERHEAD: resnet18's 256x256x3x3 filter gradient at batch 64 ran 1.38x faster
+# split 8 ways, which the model put at 1.12x)
+SPLIT_GAIN = 1.1
 BYTES_PER_CLOCK = 16.0  # DRAM bytes per clock per SM (4.3 TB/s over 132 SMs at 1.98 GHz)
 LAUNCH_CLOCKS = 3000  # a further launch in the step's graph (about 1.5 us)
 

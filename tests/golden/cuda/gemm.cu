@@ -17,13 +17,13 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
   const float *__restrict__ p2 = (const float *)(gc_arena + 11520);
   const float *__restrict__ p3 = (const float *)(gc_arena + 16896);
   (void)gc_arena;
-  /* 3 x (40 x 56) sums of 24 terms; tile 8x8x64/1x2 */
+  /* 3 x (40 x 56) sums of 24 terms; tile 8x8x64/1x1 */
   struct alignas(16) gc_va { float v[4]; };
   alignas(16) __shared__ float gc_as[2][8][68];
   struct alignas(16) gc_vb { float v[4]; };
   alignas(16) __shared__ float gc_bs[2][8][68];
   const int tid = (int)threadIdx.x;
-  const int tx = tid % 4, ty = tid / 4;
+  const int tx = tid % 8, ty = tid / 8;
   float av0;
   float av1;
   float bv0;
@@ -51,11 +51,11 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
     const int b0_o = zb + b0_r;
     const int b1_k = (tid + 256) / 8;
     const bool b1_in = b0_r < 56;
-    float c[1][2];
+    float c[1][1];
     #pragma unroll
     for (int i = 0; i < 1; i++) {
       #pragma unroll
-      for (int j = 0; j < 2; j++) {
+      for (int j = 0; j < 1; j++) {
         c[i][j] = 0;
       }
     }
@@ -127,7 +127,7 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
           }
         }
       }
-      if (tid < 32) {
+      if (tid < 64) {
         #pragma unroll
         for (int k0 = 0; k0 < 64; k0 += 4) {
           gc_va ga[1];
@@ -135,17 +135,17 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
           for (int i = 0; i < 1; i++) {
             ga[i] = *(const gc_va *)&gc_as[cur][ty + i * 8][k0];
           }
-          gc_vb gb[2];
+          gc_vb gb[1];
           #pragma unroll
-          for (int i = 0; i < 2; i++) {
-            gb[i] = *(const gc_vb *)&gc_bs[cur][tx + i * 4][k0];
+          for (int i = 0; i < 1; i++) {
+            gb[i] = *(const gc_vb *)&gc_bs[cur][tx + i * 8][k0];
           }
           #pragma unroll
           for (int kq = 0; kq < 4; kq++) {
             #pragma unroll
             for (int i = 0; i < 1; i++) {
               #pragma unroll
-              for (int j = 0; j < 2; j++) {
+              for (int j = 0; j < 1; j++) {
                 const float x = ga[i].v[kq] * gb[j].v[kq];
                 c[i][j] = c[i][j] + x;
               }
@@ -164,10 +164,10 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
     #pragma unroll
     for (int i = 0; i < 1; i++) {
       #pragma unroll
-      for (int j = 0; j < 2; j++) {
+      for (int j = 0; j < 1; j++) {
         const int m = m0 + ty + i * 8;
-        const int n = n0 + tx + j * 4;
-        if (tid < 32 && m < 40 && n < 56)
+        const int n = n0 + tx + j * 8;
+        if (tid < 64 && m < 40 && n < 56)
         {
           {
             float v = (0x1.0000000000000p-1f) * c[i][j];
