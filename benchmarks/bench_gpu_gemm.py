@@ -44,9 +44,11 @@ import torch.nn.functional as F
 
 import gradc
 from gradc import ops
-from gradc.api import artifact
+from gradc.api import _prepare
 from gradc.backends.cuda import build, tiling
+from gradc.backends.cuda.emit import generate
 from gradc.backends.cuda.target import default_cache_dir
+from gradc.ir.core import parameters_as_inputs
 
 
 @dataclass(frozen=True)
@@ -158,15 +160,22 @@ def _cubin(job: tuple[str, str, str]) -> int:
     return len(build.compile_cubin(*job))
 
 
+def source(g: gradc.Graph, sums: str) -> str:
+    """The cuda source of a one-kernel graph, as ``gradc.compile(..., sums=sums)`` makes it."""
+    opt, bound = _prepare(g, "cuda", None, None, (), True)
+    return generate(parameters_as_inputs(opt.graph), bound, None, sums).source
+
+
 def precompile(graphs: list[gradc.Graph], arch: str, cache: str,
-               tiles: list[tiling.Tile | None] | None = None) -> float:
+               tiles: list[tiling.Tile | None] | None = None, sums: str = "canonical"
+               ) -> float:
     """NVRTC for every graph (each on its tile of ``tiles``, where given) in parallel
     processes; the CUBIN cache keeps them for ``gradc.compile``. Returns seconds."""
     t0 = time.perf_counter()
     jobs = []
     for i, g in enumerate(graphs):
         with forced_tile(tiles[i] if tiles else None):
-            jobs.append((str(artifact(g, "cuda", passes=None)), arch, cache))
+            jobs.append((source(g, sums), arch, cache))
     spawn = multiprocessing.get_context("spawn")  # no CUDA state is forked
     with ProcessPoolExecutor(min(16, os.cpu_count() or 1), mp_context=spawn) as pool:
         list(pool.map(_cubin, jobs, chunksize=4))
@@ -178,7 +187,7 @@ def forced_tile(tile: tiling.Tile | None) -> Iterator[None]:
     """Every product generated inside takes ``tile`` (None: the cost model's choice)."""
     orig = tiling.choose
     if tile is not None:
-        tiling.choose = lambda p: tile
+        tiling.choose = lambda p, *rest: tile
     try:
         yield
     finally:
@@ -233,7 +242,8 @@ def within_bound(got: np.ndarray, fn64: Callable[[bool], torch.Tensor], terms: i
 
 def tile_of(ex: gradc.Executable) -> str:
     m = re.search(r"tile (\S+) \*/", ex.source or "")
-    return m.group(1) if m else "?"
+    parts = re.search(r"in (\d+) parts of", ex.source or "")
+    return (m.group(1) if m else "?") + (f" x{parts.group(1)} parts" if parts else "")
 
 
 def feeds_for(shapes: dict[str, tuple], rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -244,7 +254,7 @@ def run_one(g: gradc.Graph, shapes: dict[str, tuple], torch_fn: Any, terms: int,
             args: argparse.Namespace, rng: np.random.Generator) -> tuple[str, bool]:
     """One row: gradc and PyTorch times, GFLOP/s, ratio, the bound check."""
     feeds = feeds_for(shapes, rng)
-    ex = gradc.compile(g, target="cuda", passes=None, cache_dir=args.cache)
+    ex = gradc.compile(g, target="cuda", passes=None, cache_dir=args.cache, sums=args.sums)
     got = ex(**feeds)["y"]
     tg = time_gradc(ex, args.reps)
     tens = {k: torch.from_numpy(v).cuda() for k, v in feeds.items()}
@@ -307,12 +317,13 @@ def sweep(spec: str, n: int, args: argparse.Namespace, arch: str,
         for kind in KINDS:
             g, shapes = conv_graph(L, n, kind)
             every: list[tiling.Tile | None] = [None, *tiling.tiles("float")]
-            precompile([g] * len(every), arch, args.cache, every)
+            precompile([g] * len(every), arch, args.cache, every, args.sums)
             feeds = feeds_for(shapes, rng)
             results = []
             for t in every:
                 with forced_tile(t):
-                    ex = gradc.compile(g, target="cuda", passes=None, cache_dir=args.cache)
+                    ex = gradc.compile(g, target="cuda", passes=None, cache_dir=args.cache,
+                                       sums=args.sums)
                 ex(**feeds)
                 name = f"{tile_of(ex)}{' (chosen)' if t is None else ''}"
                 results.append((time_gradc(ex, args.reps), name))
@@ -329,6 +340,9 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--sweep", default="")
     ap.add_argument("--cache", default=default_cache_dir())
+    ap.add_argument("--sums", default="canonical", choices=("canonical", "split"),
+                    help="the cuda target's sums option for the timed kernels (the exact "
+                         "checks are canonical)")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -338,7 +352,8 @@ def main() -> int:
     rng = np.random.default_rng(0)
     batches = [int(b) for b in args.batches.split(",")]
     sets = args.sets.split(",")
-    print(f"{torch.cuda.get_device_name()} ({arch}), torch {torch.__version__}, TF32 off\n")
+    print(f"{torch.cuda.get_device_name()} ({arch}), torch {torch.__version__}, TF32 off, "
+          f"gradc sums={args.sums}\n")
     small = small_graphs()
     jobs: list[tuple[str, int, Any, Any, Any, int]] = []
     for n in batches:
@@ -363,7 +378,8 @@ def main() -> int:
                     jobs.append((f"{name} {L.name} {L.ci}->{L.co} {L.k}x{L.k}/{L.s} "
                                  f"@{L.hw} {kind}", n, g, shapes,
                                  lambda t, L=L, kind=kind: torch_conv(L, kind, t), terms))
-    seconds = precompile([g for g, _ in small] + [j[2] for j in jobs], arch, args.cache)
+    seconds = precompile([g for g, _ in small], arch, args.cache)
+    seconds += precompile([j[2] for j in jobs], arch, args.cache, sums=args.sums)
     print(f"NVRTC: {len(small) + len(jobs)} kernels in {seconds:.1f} s (parallel, cached)\n")
     ok = exact_checks(small, args.cache, rng)
     print("| kernel | batch | tile | gradc ms | GFLOP/s | torch ms | GFLOP/s | torch/gradc | "
