@@ -45,7 +45,7 @@ import torch.nn.functional as F
 import gradc
 from gradc import ops
 from gradc.api import _prepare
-from gradc.backends.cuda import build, tiled, tiling
+from gradc.backends.cuda import build, tiling
 from gradc.backends.cuda.emit import generate
 from gradc.backends.cuda.target import default_cache_dir
 from gradc.ir.core import parameters_as_inputs
@@ -343,11 +343,7 @@ def main() -> int:
     ap.add_argument("--sums", default="canonical", choices=("canonical", "split"),
                     help="the cuda target's sums option for the timed kernels (the exact "
                          "checks are canonical)")
-    ap.add_argument("--stages", type=int, default=tiled.ASYNC_STAGES,
-                    help="chunks in flight of the asynchronous staging (tiled.ASYNC_STAGES; "
-                         "0: staging through registers)")
     args = ap.parse_args()
-    tiled.ASYNC_STAGES = args.stages
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.benchmark = True
@@ -357,7 +353,7 @@ def main() -> int:
     batches = [int(b) for b in args.batches.split(",")]
     sets = args.sets.split(",")
     print(f"{torch.cuda.get_device_name()} ({arch}), torch {torch.__version__}, TF32 off, "
-          f"gradc sums={args.sums}, {args.stages} async stages\n")
+          f"gradc sums={args.sums}\n")
     small = small_graphs()
     jobs: list[tuple[str, int, Any, Any, Any, int]] = []
     for n in batches:

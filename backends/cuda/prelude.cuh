@@ -42,32 +42,6 @@ typedef unsigned long uintptr_t;  /* size_t is NVRTC's own */
 #define GC_KERNEL extern "C" __global__ void __launch_bounds__(GC_BLOCK)
 #define GC_BLOCK 256
 
-/* Asynchronous copies of 4 or 8 bytes from global into shared memory (tiled.py's staging of
- * float32 and float64 products): cp.async on sm_80 and later, n = 0 filling the element with
- * zero bytes (+0); a plain copy elsewhere and on the host harness, where commit and wait have
- * nothing to wait for. */
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-#define GC_CP_ASYNC(bytes) \
-    GC_INLINE void gc_cp_async##bytes(void *dst, const void *src, int n) { \
-        unsigned s = (unsigned)__cvta_generic_to_shared(dst); \
-        asm volatile("cp.async.ca.shared.global [%0], [%1], " #bytes ", %2;\n" \
-                     :: "r"(s), "l"(src), "r"(n) : "memory"); \
-    }
-GC_CP_ASYNC(4)
-GC_CP_ASYNC(8)
-#define gc_cp_commit() asm volatile("cp.async.commit_group;\n" ::: "memory")
-#define gc_cp_wait(n) asm volatile("cp.async.wait_group %0;\n" :: "n"(n) : "memory")
-#else
-#define GC_CP_ASYNC(bytes) \
-    GC_INLINE void gc_cp_async##bytes(void *dst, const void *src, int n) { \
-        if (n) memcpy(dst, src, bytes); else memset(dst, 0, bytes); \
-    }
-GC_CP_ASYNC(4)
-GC_CP_ASYNC(8)
-#define gc_cp_commit() ((void)0)
-#define gc_cp_wait(n) ((void)0)
-#endif
-
 /* This thread's first element and the grid's stride: every kernel is a grid-stride loop. */
 GC_INLINE int64_t gc_first(void) { return (int64_t)blockIdx.x * blockDim.x + threadIdx.x; }
 GC_INLINE int64_t gc_stride(void) { return (int64_t)gridDim.x * blockDim.x; }

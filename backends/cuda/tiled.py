@@ -176,10 +176,8 @@ class _Frag:
     of its rows (``var + i * rows / n``) once per group of kk. Either way one shared load gives
     four floats (two doubles)."""
 
-    def __init__(self, side: str, rows: int, n: int, var: str, acc: str, bk: int,
-                 stages: int = 2) -> None:
+    def __init__(self, side: str, rows: int, n: int, var: str, acc: str, bk: int) -> None:
         self.side, self.rows, self.n, self.var, self.acc, self.bk = side, rows, n, var, acc, bk
-        self.stages = stages
         self.kmajor, self.v, self.r = tiling.layout(n, acc)  # r: vectors read per kk (group)
         self.s = rows // self.r if self.kmajor else 0
         self.name, self.vec = f"gc_{side}s", f"gc_v{side}"
@@ -189,7 +187,7 @@ class _Frag:
         dims = (f"[{self.bk}][{self.rows + PAD}]" if self.kmajor
                 else f"[{self.rows}][{self.bk + PAD}]")
         return [f"struct alignas(16) {self.vec} {{ {self.acc} v[{self.v}]; }};",
-                f"alignas(16) __shared__ {self.acc} {self.name}[{self.stages}]{dims};"]
+                f"alignas(16) __shared__ {self.acc} {self.name}[2]{dims};"]
 
     def cell(self, buf: str, kk: str, row: str) -> str:
         """The shared element of (kk, row in the tile)."""
@@ -286,42 +284,6 @@ class _Staging:
             if check:
                 cw.line(f"bad |= !({v} - {v} == ({acc})0);")
 
-    def copy(self, cw: CWriter, k0: str, kcount: int | str, buf: str, masked: bool,
-             ix: str) -> None:
-        """The chunk at ``k0`` straight into the shared chunk ``buf`` (``gc_cp_async``: an
-        element outside the problem or skipped is filled with zero bytes, +0; ``masked``:
-        its validity stored beside it)."""
-        op = self.op
-        size = 8 if self.frag.acc == "double" else 4
-        for s in range(self.slots):
-            tag = f"{self.name}{s}"
-            row, kk = self.positions(s)
-            guard = f"tid + {BLOCK * s} < {self.rows * self.bk}" \
-                if self.partial and s == self.slots - 1 else ""
-            with cw.block(f"if ({guard})" if guard else ""):
-                cw.line(f"const {ix} kk = {k0} + {tag}_k;", f"const {op.t.store} *src = {op.ptr};",
-                        f"bool ok = {tag}_in && kk < {kcount};")
-                with cw.block("if (ok)"):
-                    lines, off, valid = op.at(self.row_tag(s), "kk")
-                    cw.line(*lines)
-                    if valid is not None:
-                        cw.line(f"ok = {valid};")
-                    cw.line(f"src = ok ? &{op.ptr}[{off}] : {op.ptr};")
-                cw.line(f"gc_cp_async{size}(&{self.frag.cell(buf, kk, row)}, src, "
-                        f"ok ? {size} : 0);")
-                if masked:
-                    cw.line(f"gc_{self.name}k[{buf}][{kk}][{row}] = ok;")
-
-    def check(self, cw: CWriter, buf: str, acc: str) -> None:
-        """``bad`` |= a NaN or an infinity among this thread's elements of the shared chunk
-        ``buf`` (its own copies, complete after its wait)."""
-        for s in range(self.slots):
-            row, kk = self.positions(s)
-            v = self.frag.cell(buf, kk, row)
-            guard = f"tid + {BLOCK * s} < {self.rows * self.bk} && " \
-                if self.partial and s == self.slots - 1 else ""
-            cw.line(f"bad |= {guard}!({v} - {v} == ({acc})0);")
-
     def store(self, cw: CWriter, buf: str, masked: bool) -> None:
         """Registers -> the shared chunk ``buf``."""
         for s in range(self.slots):
@@ -333,30 +295,9 @@ class _Staging:
                 cw.line(f"{guard}gc_{self.name}k[{buf}][{kk}][{row}] = {self.name}m{s};")
 
 
-# Chunks in flight of the asynchronous staging (``_emit_async``) of float32 and float64
-# products; 0: every product stages through registers (``emit_tiled``'s own loop).
-ASYNC_STAGES = 3
-
-
-def _async_stages(p: Product, t: Tile) -> int:
-    """The chunks the asynchronous staging keeps in flight for ``p`` on ``t`` (0: none, the
-    register staging: float16 operands widen on the way, which a copy cannot)."""
-    if ASYNC_STAGES < 2 or p.acc not in ("float", "double") or \
-            p.a.t.store != p.acc or p.b.t.store != p.acc:
-        return 0
-    for stages in range(ASYNC_STAGES, 1, -1):
-        if tiling.shared_bytes(t, p.acc, stages=stages) <= tiling.SHARED_BLOCK:
-            return stages
-    return 0
-
-
 def emit_tiled(k: CudaKernel, p: Product, t: Tile, split: _Parts | None = None) -> None:
     """The tiled kernel (module docstring); ``split``: the tiles of every part, each summing
     its own K range and saving the sums to scratch."""
-    stages = _async_stages(p, t)
-    if stages:
-        _emit_async(k, p, t, stages, split)
-        return
     k.barrier = True
     cw, ix, acc = k.code, p.ix, p.acc
     fused = _fused(k)
@@ -415,88 +356,6 @@ def emit_tiled(k: CudaKernel, p: Product, t: Tile, split: _Parts | None = None) 
             with cw.block("if (more)"):
                 _store(cw, sta, stb, "cur ^ 1", masked)
             cw.line("__syncthreads();")
-        inside = f"tid < {t.threads} && " if t.threads < BLOCK else ""
-        body = [f"const {ix} m = m0 + {fa.row('i')};", f"const {ix} n = n0 + {fb.row('j')};",
-                f"if ({inside}m < {p.m} && n < {p.n})", "{",
-                *("  " + x for x in (split.save("m", "n", "c[i][j]") if split
-                                     else p.store("m", "n", "c[i][j]"))), "}"]
-        _unrolled(cw, [f"i < {t.tm}", f"j < {t.tn}"], body)
-
-
-def _emit_async(k: CudaKernel, p: Product, t: Tile, stages: int,
-                split: _Parts | None = None) -> None:
-    """The tiled kernel with its chunks copied into shared memory asynchronously, ``stages``
-    buffers: the chunks ``kt + 1 .. kt + stages - 1`` are in flight while chunk ``kt`` is
-    multiplied. Each turn a thread waits for its own copies of chunk ``kt``, checks its part of
-    A for non-finite values (``masked``), and the barrier makes the whole chunk visible and
-    frees the buffer multiplied last turn, into which the copy of chunk ``kt + stages - 1``
-    goes. The terms, their order and the skipped ones are ``emit_tiled``'s."""
-    k.barrier = True
-    cw, ix, acc = k.code, p.ix, p.acc
-    fused = _fused(k)
-    if fused:
-        k.reordered = True
-    masked = _masked(p)
-    fa = _Frag("a", t.bm, t.tm, "ty", acc, t.bk, stages)
-    fb = _Frag("b", t.bn, t.tn, "tx", acc, t.bk, stages)
-    mt, nt = cdiv(p.m, t.bm), cdiv(p.n, t.bn)
-    count = (split.count if split else 1) * p.z * mt * nt
-    chunks = cdiv(split.length if split else p.k, t.bk)
-    k0, kcount = ("kbeg", "kend") if split else ("0", str(p.k))
-    sta, stb = _Staging("a", p.a, fa, p.m), _Staging("b", p.b, fb, p.n)
-    k.work = min(count, 1 << 30) * BLOCK
-    k.code.comment(f"{stages} chunks in flight (cp.async)")
-    cw.line(*fa.declarations(), *fb.declarations())
-    if masked:
-        cw.line(f"__shared__ unsigned char gc_bk[{stages}][{t.bk}][{t.bn}];",
-                f"__shared__ int gc_bad[{stages}];")
-    cw.line("const int tid = (int)threadIdx.x;",
-            f"const int tx = tid % {t.tx}, ty = tid / {t.tx};")
-    if masked:  # a chunk's flag holds its number q0 + kt + 1, so it is never stale
-        cw.line(f"if (tid < {stages}) gc_bad[tid] = 0;", "__syncthreads();", "int q0 = 0;")
-
-    def issue(kt: str) -> None:
-        """Copy chunk ``kt`` into its buffer when it exists; one commit group either way."""
-        with cw.block(f"if ({kt} < {chunks})"):
-            at = f"kbeg + ({kt}) * {t.bk}" if split else f"({kt}) * {t.bk}"
-            cw.line(f"const int buf = ({kt}) % {stages};")
-            sta.copy(cw, at, kcount, "buf", False, ix)
-            stb.copy(cw, at, kcount, "buf", masked, ix)
-        cw.line("gc_cp_commit();")
-
-    with cw.block(f"for ({ix} tile = blockIdx.x; tile < {count}; tile += gridDim.x)"):
-        if split:
-            split.declare(cw, f"tile / {mt * nt}")
-        else:
-            cw.line(f"const {ix} z = tile / {mt * nt};")
-        cw.line(f"const {ix} m0 = tile / {nt} % {mt} * {t.bm};",
-                f"const {ix} n0 = tile % {nt} * {t.bn};")
-        cw.line(*p.setup())
-        sta.declare(cw, "m0", ix)
-        stb.declare(cw, "n0", ix)
-        cw.line(f"{acc} c[{t.tm}][{t.tn}];")
-        _unrolled(cw, [f"i < {t.tm}", f"j < {t.tn}"], ["c[i][j] = 0;"])
-        for s in range(stages - 1):
-            issue(str(s))
-        with cw.block(f"for (int kt = 0; kt < {chunks}; kt++)"):
-            cw.line(f"const int cur = kt % {stages};", f"gc_cp_wait({stages - 2});")
-            if masked:
-                cw.line("bool bad = false;")
-                sta.check(cw, "cur", acc)
-                cw.line("if (bad) gc_bad[cur] = q0 + kt + 1;")
-            cw.line("__syncthreads();")
-            issue(f"kt + {stages - 1}")
-            with cw.block(f"if (tid < {t.threads})" if t.threads < BLOCK else ""):
-                if masked:
-                    with cw.block("if (gc_bad[cur] == q0 + kt + 1)"):
-                        _multiply(cw, t, fa, fb, True, fused)
-                    with cw.orelse():
-                        _multiply(cw, t, fa, fb, False, fused)
-                else:
-                    _multiply(cw, t, fa, fb, False, fused)
-        cw.line("gc_cp_wait(0);", "__syncthreads();")  # the next tile reuses every buffer
-        if masked:
-            cw.line(f"q0 += {chunks};")
         inside = f"tid < {t.threads} && " if t.threads < BLOCK else ""
         body = [f"const {ix} m = m0 + {fa.row('i')};", f"const {ix} n = n0 + {fb.row('j')};",
                 f"if ({inside}m < {p.m} && n < {p.n})", "{",

@@ -153,7 +153,7 @@ def layout(n: int, acc: str) -> tuple[bool, int, int]:
     return (True, v, n // v) if n >= v else (False, v, n)
 
 
-def shared_bytes(t: Tile, acc: str, masked: bool = True, stages: int = 2) -> int:
+def shared_bytes(t: Tile, acc: str, masked: bool = True) -> int:
     """The static shared memory of a tile's kernel: two chunks of A and B (kk-major: ``BK``
     rows of ``rows + PAD``; row-major: ``rows`` rows of ``BK + PAD``), and the masks and flags
     of a product with skipped terms."""
@@ -161,8 +161,8 @@ def shared_bytes(t: Tile, acc: str, masked: bool = True, stages: int = 2) -> int
     total = 0
     for rows, n in ((t.bm, t.tm), (t.bn, t.tn)):
         kmajor = layout(n, acc)[0]
-        total += stages * (t.bk * (rows + PAD) if kmajor else rows * (t.bk + PAD)) * word
-    return total + (stages * (t.bk * t.bn + 4) if masked else 0)
+        total += 2 * (t.bk * (rows + PAD) if kmajor else rows * (t.bk + PAD)) * word
+    return total + (2 * t.bk * t.bn + 8 if masked else 0)
 
 
 def cdiv(a: int, b: int) -> int:

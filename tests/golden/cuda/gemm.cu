@@ -18,13 +18,16 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
   const float *__restrict__ p3 = (const float *)(gc_arena + 16896);
   (void)gc_arena;
   /* 3 x (40 x 56) sums of 24 terms; tile 8x8x64/1x1 */
-  /* 3 chunks in flight (cp.async) */
   struct alignas(16) gc_va { float v[4]; };
-  alignas(16) __shared__ float gc_as[3][8][68];
+  alignas(16) __shared__ float gc_as[2][8][68];
   struct alignas(16) gc_vb { float v[4]; };
-  alignas(16) __shared__ float gc_bs[3][8][68];
+  alignas(16) __shared__ float gc_bs[2][8][68];
   const int tid = (int)threadIdx.x;
   const int tx = tid % 8, ty = tid / 8;
+  float av0;
+  float av1;
+  float bv0;
+  float bv1;
   for (int tile = blockIdx.x; tile < 105; tile += gridDim.x) {
     const int z = tile / 35;
     const int m0 = tile / 7 % 5 * 8;
@@ -56,130 +59,74 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
         c[i][j] = 0;
       }
     }
-    if (0 < 1) {
-      const int buf = (0) % 3;
+    {
+      av0 = 0;
       {
-        const int kk = (0) * 64 + a0_k;
-        const float *src = p1;
-        bool ok = a0_in && kk < 24;
-        if (ok) {
-          src = ok ? &p1[a0_o + kk] : p1;
+        const int kk = 0 + a0_k;
+        if (a0_in && kk < 24) {
+          av0 = p1[a0_o + kk];
         }
-        gc_cp_async4(&gc_as[buf][tid / 64][tid % 64], src, ok ? 4 : 0);
       }
+      av1 = 0;
       {
-        const int kk = (0) * 64 + a1_k;
-        const float *src = p1;
-        bool ok = a1_in && kk < 24;
-        if (ok) {
-          src = ok ? &p1[a1_o + kk] : p1;
+        const int kk = 0 + a1_k;
+        if (a1_in && kk < 24) {
+          av1 = p1[a1_o + kk];
         }
-        gc_cp_async4(&gc_as[buf][(tid + 256) / 64][(tid + 256) % 64], src, ok ? 4 : 0);
       }
+      bv0 = 0;
       {
-        const int kk = (0) * 64 + b0_k;
-        const float *src = p2;
-        bool ok = b0_in && kk < 24;
-        if (ok) {
-          src = ok ? &p2[b0_o + kk * 56] : p2;
+        const int kk = 0 + b0_k;
+        if (b0_in && kk < 24) {
+          bv0 = p2[b0_o + kk * 56];
         }
-        gc_cp_async4(&gc_bs[buf][tid % 8][tid / 8], src, ok ? 4 : 0);
       }
+      bv1 = 0;
       {
-        const int kk = (0) * 64 + b1_k;
-        const float *src = p2;
-        bool ok = b1_in && kk < 24;
-        if (ok) {
-          src = ok ? &p2[b0_o + kk * 56] : p2;
+        const int kk = 0 + b1_k;
+        if (b1_in && kk < 24) {
+          bv1 = p2[b0_o + kk * 56];
         }
-        gc_cp_async4(&gc_bs[buf][(tid + 256) % 8][(tid + 256) / 8], src, ok ? 4 : 0);
       }
+      gc_as[0][tid / 64][tid % 64] = av0;
+      gc_as[0][(tid + 256) / 64][(tid + 256) % 64] = av1;
+      gc_bs[0][tid % 8][tid / 8] = bv0;
+      gc_bs[0][(tid + 256) % 8][(tid + 256) / 8] = bv1;
     }
-    gc_cp_commit();
-    if (1 < 1) {
-      const int buf = (1) % 3;
-      {
-        const int kk = (1) * 64 + a0_k;
-        const float *src = p1;
-        bool ok = a0_in && kk < 24;
-        if (ok) {
-          src = ok ? &p1[a0_o + kk] : p1;
-        }
-        gc_cp_async4(&gc_as[buf][tid / 64][tid % 64], src, ok ? 4 : 0);
-      }
-      {
-        const int kk = (1) * 64 + a1_k;
-        const float *src = p1;
-        bool ok = a1_in && kk < 24;
-        if (ok) {
-          src = ok ? &p1[a1_o + kk] : p1;
-        }
-        gc_cp_async4(&gc_as[buf][(tid + 256) / 64][(tid + 256) % 64], src, ok ? 4 : 0);
-      }
-      {
-        const int kk = (1) * 64 + b0_k;
-        const float *src = p2;
-        bool ok = b0_in && kk < 24;
-        if (ok) {
-          src = ok ? &p2[b0_o + kk * 56] : p2;
-        }
-        gc_cp_async4(&gc_bs[buf][tid % 8][tid / 8], src, ok ? 4 : 0);
-      }
-      {
-        const int kk = (1) * 64 + b1_k;
-        const float *src = p2;
-        bool ok = b1_in && kk < 24;
-        if (ok) {
-          src = ok ? &p2[b0_o + kk * 56] : p2;
-        }
-        gc_cp_async4(&gc_bs[buf][(tid + 256) % 8][(tid + 256) / 8], src, ok ? 4 : 0);
-      }
-    }
-    gc_cp_commit();
+    __syncthreads();
     for (int kt = 0; kt < 1; kt++) {
-      const int cur = kt % 3;
-      gc_cp_wait(1);
-      __syncthreads();
-      if (kt + 2 < 1) {
-        const int buf = (kt + 2) % 3;
+      const int cur = kt & 1;
+      const bool more = kt + 1 < 1;
+      if (more) {
+        av0 = 0;
         {
-          const int kk = (kt + 2) * 64 + a0_k;
-          const float *src = p1;
-          bool ok = a0_in && kk < 24;
-          if (ok) {
-            src = ok ? &p1[a0_o + kk] : p1;
+          const int kk = (kt + 1) * 64 + a0_k;
+          if (a0_in && kk < 24) {
+            av0 = p1[a0_o + kk];
           }
-          gc_cp_async4(&gc_as[buf][tid / 64][tid % 64], src, ok ? 4 : 0);
         }
+        av1 = 0;
         {
-          const int kk = (kt + 2) * 64 + a1_k;
-          const float *src = p1;
-          bool ok = a1_in && kk < 24;
-          if (ok) {
-            src = ok ? &p1[a1_o + kk] : p1;
+          const int kk = (kt + 1) * 64 + a1_k;
+          if (a1_in && kk < 24) {
+            av1 = p1[a1_o + kk];
           }
-          gc_cp_async4(&gc_as[buf][(tid + 256) / 64][(tid + 256) % 64], src, ok ? 4 : 0);
         }
+        bv0 = 0;
         {
-          const int kk = (kt + 2) * 64 + b0_k;
-          const float *src = p2;
-          bool ok = b0_in && kk < 24;
-          if (ok) {
-            src = ok ? &p2[b0_o + kk * 56] : p2;
+          const int kk = (kt + 1) * 64 + b0_k;
+          if (b0_in && kk < 24) {
+            bv0 = p2[b0_o + kk * 56];
           }
-          gc_cp_async4(&gc_bs[buf][tid % 8][tid / 8], src, ok ? 4 : 0);
         }
+        bv1 = 0;
         {
-          const int kk = (kt + 2) * 64 + b1_k;
-          const float *src = p2;
-          bool ok = b1_in && kk < 24;
-          if (ok) {
-            src = ok ? &p2[b0_o + kk * 56] : p2;
+          const int kk = (kt + 1) * 64 + b1_k;
+          if (b1_in && kk < 24) {
+            bv1 = p2[b0_o + kk * 56];
           }
-          gc_cp_async4(&gc_bs[buf][(tid + 256) % 8][(tid + 256) / 8], src, ok ? 4 : 0);
         }
       }
-      gc_cp_commit();
       if (tid < 64) {
         #pragma unroll
         for (int k0 = 0; k0 < 64; k0 += 4) {
@@ -206,9 +153,14 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
           }
         }
       }
+      if (more) {
+        gc_as[cur ^ 1][tid / 64][tid % 64] = av0;
+        gc_as[cur ^ 1][(tid + 256) / 64][(tid + 256) % 64] = av1;
+        gc_bs[cur ^ 1][tid % 8][tid / 8] = bv0;
+        gc_bs[cur ^ 1][(tid + 256) % 8][(tid + 256) / 8] = bv1;
+      }
+      __syncthreads();
     }
-    gc_cp_wait(0);
-    __syncthreads();
     #pragma unroll
     for (int i = 0; i < 1; i++) {
       #pragma unroll
