@@ -94,6 +94,8 @@ def emit(k: CudaKernel, p: Product, tile: Tile | None = None, parts: int = 1) ->
         t, parts = tiling.choose_split(p) if k.split else (tiling.choose(p), 1)
     else:
         t = tile
+    if _fused(k):  # every term one fused multiply-add: not the reference's rounding
+        k.reordered = True
     if parts > 1:
         _emit_split(k, p, t, parts)
         return t
@@ -137,8 +139,6 @@ def emit_direct(k: CudaKernel, p: Product, split: _Parts | None = None) -> None:
     """A thread per output element: its terms in order, skipped ones not multiplied (``split``:
     the terms of one part, saved to scratch)."""
     cw, ix, acc = k.code, p.ix, p.acc
-    if _fused(k):
-        k.reordered = True
     parts = split.count if split else 1
     with k.each(parts * p.z * p.m * p.n, "e"):
         if split:
@@ -301,8 +301,6 @@ def emit_tiled(k: CudaKernel, p: Product, t: Tile, split: _Parts | None = None) 
     k.barrier = True
     cw, ix, acc = k.code, p.ix, p.acc
     fused = _fused(k)
-    if fused:
-        k.reordered = True
     masked = _masked(p)
     fa = _Frag("a", t.bm, t.tm, "ty", acc, t.bk)
     fb = _Frag("b", t.bn, t.tn, "tx", acc, t.bk)
