@@ -130,6 +130,58 @@ def _source(g: gradc.Graph) -> str:
     return generate(gradc.optimize(g).graph, {}).source
 
 
+# (filter, strides, dilations, start padding): phases that no tap reaches -- a 1x1 filter at
+# stride 2 (three of four phases), a 2x1 filter at stride (3, 2), dilated by 2 on the first axis
+DEAD = [((1, 1), (2, 2), (1, 1), (0, 0)), ((2, 1), (3, 2), (2, 1), (1, 0))]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+@pytest.mark.parametrize("sums", ["canonical", "split"])
+@pytest.mark.parametrize("target", cuda_targets())
+def test_phases_without_taps_store_zero_and_the_bias(dtype, sums, target, tmp_path_factory):
+    """A strided input gradient whose stride passes the filter's extent has output phases that
+    no tap reaches: their outputs are +0 plus the bias (a -0.0 bias gives +0), stored by a
+    launch of their own, and the product sums the other phases only. Bit for bit against the
+    reference in the canonical mode; the split mode's fused sums within a few roundings, its
+    dead phases exactly."""
+    rng = np.random.default_rng(7)
+    for ks, st, dil, sp in DEAD:
+        g = gradc.Graph("dead_phases")
+        xs, ws = (2, 4, 5, 4), (4, 3, *ks)
+        f = dict(direction="backward", strides=st, dilations=dil, start_padding=sp,
+                 end_padding=(0, 0), output_padding=(st[0] - 1, st[1] - 1))
+        y = ops.convolution(g.input("x", dtype, xs), g.input("w", dtype, ws),
+                            g.input("b", dtype, (1, 3, 1, 1)), **f)
+        g.output(y, "y")
+        feeds = {"x": _special(rng, dtype, xs), "w": rng.standard_normal(ws).astype(dtype),
+                 "b": np.array([1.5, -0.0, np.inf], dtype).reshape(1, 3, 1, 1)}
+        want = gradc.compile(g, target="reference")(**feeds)["y"]
+        ex = compile_for(g, target, cache_dir=str(tmp_path_factory.getbasetemp() / "cache"),
+                         sums=sums)
+        got = np.asarray(ex(**feeds)["y"])
+        if sums == "canonical":
+            assert_bits(got, want, nan_payload=False)
+        else:  # fused terms (sums="split"): within a few roundings of the reference
+            tol = 1e-2 if dtype == "float16" else 1e-5
+            np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+        # the dead phases: bias 1.5 -> 1.5, -0.0 -> +0, inf -> inf; every one of them stored
+        dead = np.ones(want.shape[2:], bool)
+        for h in range(want.shape[2]):
+            for w_ in range(want.shape[3]):
+                dead[h, w_] = not any((h + sp[0] - i * dil[0]) % st[0] == 0 and
+                                      (w_ + sp[1] - j * dil[1]) % st[1] == 0
+                                      for i in range(ks[0]) for j in range(ks[1]))
+        assert dead.any() and not dead.all()
+        cut = got[:, :, dead]
+        assert (cut[:, 0] == 1.5).all() and np.isposinf(cut[:, 2]).all()
+        assert (cut[:, 1] == 0).all() and not np.signbit(cut[:, 1]).any()
+        live_phases = len({((h + sp[0]) % st[0], (w_ + sp[1]) % st[1])
+                           for h in range(want.shape[2]) for w_ in range(want.shape[3])
+                           if not dead[h, w_]})
+        src = _source(g)
+        assert f"/* {live_phases} x (3 x " in src, "the product runs over the live phases only"
+
+
 def test_a_layer_without_skipped_terms_has_no_masked_path():
     """1x1 without padding reads every term: no masks, no non-finite check; 3x3 padded has
     both."""

@@ -126,10 +126,11 @@ def emit_convolution(k: CudaKernel) -> None:
         return lines
 
     def b_at(tag: str, kk: str) -> tuple[list[str], str, str | None]:
-        lines = [f"const {ix} ci = {kk} / {taps};" if taps > 1 else f"const {ix} ci = {kk};"]
+        ux = tiling.digits(ix)  # kk's digits: unsigned (tiling.digits)
+        lines = [f"const {ux} ci = {kk} / {taps};" if taps > 1 else f"const {ux} ci = {kk};"]
         if taps > 1:
             j = f"{kk} % {taps}" if L.forward else f"{taps - 1} - {kk} % {taps}"
-            lines.append(f"const {ix} j = {j};")
+            lines.append(f"const {ux} j = {j};")
         checks: list[str] = []
         pos: list[tuple[str, int]] = []
         for a in range(L.nd):
@@ -203,16 +204,27 @@ def _emit_phases(k: CudaKernel, L: _Layer, x: Any, w: Any, y: Any, bias: Any) ->
                            L.reach)
     xst, ost, kst = row_major(sx), row_major(so), row_major(ks)
     pw, px_, py = k.param(w), k.param(x), k.param(y)
+    # a phase none of whose taps reaches it (a stride above the filter's extent: 1x1, stride
+    # 2) sums no term: its outputs are +0 (and the bias), written by a launch of their own
+    # (_fill_dead), and the product runs over the other phases only (``live``)
+    pstrides = row_major(L.s)
+    live = [ph for ph in range(phases)
+            if all(lists[ph // pstrides[a] % L.s[a]][0] >= 0 for a, (lists, _) in enumerate(geo))]
+    nlive = len(live)
+    which = "ph0" if nlive == phases else \
+        (str(live[0]) if nlive == 1 else f"{k.table('int', live)}[ph0]")
 
     def setup() -> list[str]:
-        lines = [f"const {ix} grp = z / {phases}, ph = z % {phases};"]
+        lines = [f"const {ix} grp = z / {nlive}, ph0 = z % {nlive};",
+                 f"const {ix} ph = {which};"]
         for a in range(L.nd):
             lines.append(f"const int r{a} = (int)({_coord('ph', L.s, a)});")
             lines.append(f"const {ix} f{a} = {firsts[a]}[r{a}];")
         return lines
 
     def tap_lines(kk: str) -> list[str]:
-        lines = [f"const {ix} ci = {kk} / {tm};", f"const {ix} jj = {kk} % {tm};"]
+        ux = tiling.digits(ix)  # kk's digits: unsigned (tiling.digits)
+        lines = [f"const {ux} ci = {kk} / {tm};", f"const {ux} jj = {kk} % {tm};"]
         for a in range(L.nd):
             lines.append(f"const {ix} tp{a} = {tabs[a]}[r{a} * {width[a]} + "
                          f"{_coord('jj', width, a)}];")
@@ -261,8 +273,32 @@ def _emit_phases(k: CudaKernel, L: _Layer, x: Any, w: Any, y: Any, bias: Any) ->
 
     a_op = tiling.Operand(pw, t, "k", a_row, a_at, 6.0 + 3.0 * L.nd)
     b_op = tiling.Operand(px_, t, "r", b_row, b_at, 6.0 + 7.0 * L.nd)
-    tiled.emit(k, tiling.Product(L.g * phases, cog, nb * q, cig * tm, a_op, b_op, t.acc, setup,
+    tiled.emit(k, tiling.Product(L.g * nlive, cog, nb * q, cig * tm, a_op, b_op, t.acc, setup,
                                 store, ix))
+    if nlive < phases:
+        _fill_dead(k, L, [ph not in live for ph in range(phases)], py, pb, t)
+
+
+def _fill_dead(k: CudaKernel, L: _Layer, dead: list[bool], py: str, pb: str, t: Any) -> None:
+    """The outputs of the phases without taps (``_emit_phases``), in a launch of their own: a
+    thread per output element, storing ``+0`` (plus the bias, one rounding, as a finished
+    sum's) where the position's phase is dead."""
+    k.next_launch()
+    cw, so, co_all = k.code, L.ys[2:], L.ys[1]
+    po, pstrides = _prod(so), row_major(L.s)
+    flags = k.table("int", [int(d) for d in dead])
+    with k.each(_prod(L.ys), "e") as e:
+        ph = " + ".join(f"(int)(({_coord(f'{e} % {po}', so, a)}) + {L.sp[a]}) % {L.s[a]}"
+                        f"{f' * {pstrides[a]}' if pstrides[a] != 1 else ''}"
+                        for a in range(L.nd))
+        value = f"({t.acc})0"
+        if pb:
+            cw.line(f"const {t.acc} v = ({t.acc})0 + "
+                    f"{widen(t, f'{pb}[{e} / {po} % {co_all}]')};")
+            value = "v"
+        with cw.block(f"if ({flags}[{ph}])"):
+            cw.line(f"{py}[{e}] = {narrow(t, value)};")
+    k.note_reads()
 
 
 def _filter_forward(L: _Layer, pw: str, t: Any, cig: int, cog: int, taps: int,
@@ -274,7 +310,7 @@ def _filter_forward(L: _Layer, pw: str, t: Any, cig: int, cog: int, taps: int,
     def at(tag: str, kk: str) -> tuple[list[str], str, str | None]:
         if not L.flip or taps == 1:
             return [], f"{tag}_w + {kk}", None
-        return ([f"const {ix} jw = {kk} % {taps};"],
+        return ([f"const {tiling.digits(ix)} jw = {kk} % {taps};"],
                 f"{tag}_w + {kk} + {taps - 1} - 2 * jw", None)
     return tiling.Operand(pw, t, "k", row, at, 2.0)
 
@@ -290,7 +326,7 @@ def _filter_backward(L: _Layer, pw: str, t: Any, cig: int, cog: int, taps: int,
         if taps == 1:
             return [], f"{tag}_w + {kk} * {cog}", None
         j = f"{kk} % {taps}" if L.flip else f"{taps - 1} - {kk} % {taps}"
-        return ([f"const {ix} cw = {kk} / {taps};"],
+        return ([f"const {tiling.digits(ix)} cw = {kk} / {taps};"],
                 f"{tag}_w + cw * {cog * taps} + {j}", None)
     return tiling.Operand(pw, t, "k" if taps > 1 else "r", row, at, 3.0)
 
@@ -329,7 +365,8 @@ def emit_filter_grad(k: CudaKernel) -> None:
         return lines
 
     def b_at(tag: str, kk: str) -> tuple[list[str], str, str | None]:
-        lines = [f"const {ix} q = {kk} % {pi};" if nb > 1 else f"const {ix} q = {kk};"]
+        ux = tiling.digits(ix)  # kk's digits: unsigned (tiling.digits)
+        lines = [f"const {ux} q = {kk} % {pi};" if nb > 1 else f"const {ux} q = {kk};"]
         checks: list[str] = []
         pos: list[tuple[str, int]] = []
         for a in range(L.nd):

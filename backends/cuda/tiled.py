@@ -85,6 +85,24 @@ class _Parts:
         p = self.p
         return [f"{self.scratch}[((part * {p.z} + z) * {p.m} + {m}) * {p.n} + {n}] = {acc};"]
 
+    def vectors(self, fb: "_Frag") -> bool:
+        """True when a thread's sums of one row are saved as 16-byte vectors: its B rows lie
+        kk-major, ``V`` consecutive outputs from a multiple of ``V``, and rows of ``N`` (a
+        multiple of ``V``) keep every vector inside one row and aligned (the scratch is
+        256-byte aligned). One store instead of ``V``, each filling whole sectors."""
+        return fb.kmajor and self.p.n % fb.v == 0
+
+    def save_vectors(self, cw: CWriter, fa: "_Frag", fb: "_Frag", t: Tile, inside: str) -> None:
+        """The tile's sums of this part, saved a vector at a time (``vectors``)."""
+        p, ix, v = self.p, self.p.ix, fb.v
+        vals = ", ".join(f"c[i][jv * {v} + {e}]" for e in range(v))
+        body = [f"const {ix} m = m0 + {fa.row('i')};",
+                f"const {ix} n = n0 + {fb.row(f'(jv * {v})')};",
+                f"if ({inside}m < {p.m} && n < {p.n})", "{",
+                f"  *({fb.vec} *)&{self.scratch}[((part * {p.z} + z) * {p.m} + m) * {p.n} + n] "
+                f"= {fb.vec}{{{{{vals}}}}};", "}"]
+        _unrolled(cw, [f"i < {t.tm}", f"jv < {t.tn // v}"], body)
+
 
 def emit(k: CudaKernel, p: Product, tile: Tile | None = None, parts: int = 1) -> Tile:
     """Write the kernel of ``p`` (tiled, or direct); returns the tile used. Under
@@ -244,6 +262,13 @@ class _Staging:
         shared = self.op.fast == "r" and BLOCK % self.rows == 0
         return f"{self.name}{0 if shared else s}"
 
+    def k_tag(self, s: int) -> str:
+        """The name of slot ``s``'s kk in the chunk: slot 0's when every slot has the same one
+        (the threads stage along K and a block spans whole chunk rows), so the digits taken
+        from a term's index are computed once for all the thread's slots."""
+        shared = self.op.fast == "k" and BLOCK % self.bk == 0
+        return f"{self.name}{0 if shared else s}"
+
     def declare(self, cw: CWriter, origin: str, ix: str) -> None:
         """Per output tile: each slot's row, whether it is inside the problem, and the
         operand's row values."""
@@ -255,7 +280,9 @@ class _Staging:
                 inside += f" && tid + {BLOCK * s} < {self.rows * self.bk}"
             if self.row_tag(s) == tag:
                 cw.line(f"const {ix} {tag}_r = {origin} + ({row});")
-            cw.line(f"const int {tag}_k = {kk};", f"const bool {tag}_in = {inside};")
+            if self.k_tag(s) == tag:
+                cw.line(f"const int {tag}_k = {kk};")
+            cw.line(f"const bool {tag}_in = {inside};")
             if self.row_tag(s) == tag:
                 cw.line(*self.op.row(tag, f"{tag}_r"))
 
@@ -271,7 +298,7 @@ class _Staging:
             if masked:
                 cw.line(f"{self.name}m{s} = 0;")
             with cw.block():
-                cw.line(f"const {ix} kk = {k0} + {tag}_k;")
+                cw.line(f"const {tiling.digits(ix)} kk = {k0} + {self.k_tag(s)}_k;")
                 with cw.block(f"if ({tag}_in && kk < {kcount})"):
                     lines, off, valid = op.at(self.row_tag(s), "kk")
                     cw.line(*lines)
@@ -355,6 +382,9 @@ def emit_tiled(k: CudaKernel, p: Product, t: Tile, split: _Parts | None = None) 
                 _store(cw, sta, stb, "cur ^ 1", masked)
             cw.line("__syncthreads();")
         inside = f"tid < {t.threads} && " if t.threads < BLOCK else ""
+        if split and split.vectors(fb):
+            split.save_vectors(cw, fa, fb, t, inside)
+            return
         body = [f"const {ix} m = m0 + {fa.row('i')};", f"const {ix} n = n0 + {fb.row('j')};",
                 f"if ({inside}m < {p.m} && n < {p.n})", "{",
                 *("  " + x for x in (split.save("m", "n", "c[i][j]") if split

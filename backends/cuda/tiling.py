@@ -128,6 +128,16 @@ def index_type(*counts: int) -> str:
     return "int" if 2 * max(counts) + (1 << 20) <= INT31 else "int64_t"
 
 
+def digits(ix: str) -> str:
+    """The unsigned type of index type ``ix``: a term's index ``kk`` (never negative) and the
+    digits taken from it (channel, tap, position) are declared with it, so dividing them by the
+    static sizes is a multiply-high and a shift, not a signed division's sign fix-up (measured in
+    the staging's machine code: 3-4 instructions less per digit). An expression mixing a digit
+    with a negative offset wraps and is converted back to ``ix`` (modular, exact) before any
+    comparison."""
+    return "unsigned" if ix == "int" else "uint64_t"
+
+
 def tiles(acc: str) -> list[Tile]:
     """Every tile shape the kernel takes for an accumulator type."""
     out = []

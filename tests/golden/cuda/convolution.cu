@@ -49,15 +49,12 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
     const bool a0_in = a0_r < 16;
     const int a0_w = ((int)z * 16 + a0_r) * 72;
     const int a1_r = m0 + ((tid + 256) / 128);
-    const int a1_k = (tid + 256) % 128;
     const bool a1_in = a1_r < 16;
     const int a1_w = ((int)z * 16 + a1_r) * 72;
     const int a2_r = m0 + ((tid + 512) / 128);
-    const int a2_k = (tid + 512) % 128;
     const bool a2_in = a2_r < 16;
     const int a2_w = ((int)z * 16 + a2_r) * 72;
     const int a3_r = m0 + ((tid + 768) / 128);
-    const int a3_k = (tid + 768) % 128;
     const bool a3_in = a3_r < 16;
     const int a3_w = ((int)z * 16 + a3_r) * 72;
     const int b0_r = n0 + (tid % 4);
@@ -80,7 +77,7 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
       bool bad = false;
       av0 = 0;
       {
-        const int kk = 0 + a0_k;
+        const unsigned kk = 0 + a0_k;
         if (a0_in && kk < 72) {
           av0 = gc_h2f(p2[a0_w + kk]);
         }
@@ -88,7 +85,7 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
       bad |= !(av0 - av0 == (float)0);
       av1 = 0;
       {
-        const int kk = 0 + a1_k;
+        const unsigned kk = 0 + a0_k;
         if (a1_in && kk < 72) {
           av1 = gc_h2f(p2[a1_w + kk]);
         }
@@ -96,7 +93,7 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
       bad |= !(av1 - av1 == (float)0);
       av2 = 0;
       {
-        const int kk = 0 + a2_k;
+        const unsigned kk = 0 + a0_k;
         if (a2_in && kk < 72) {
           av2 = gc_h2f(p2[a2_w + kk]);
         }
@@ -104,7 +101,7 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
       bad |= !(av2 - av2 == (float)0);
       av3 = 0;
       {
-        const int kk = 0 + a3_k;
+        const unsigned kk = 0 + a0_k;
         if (a3_in && kk < 72) {
           av3 = gc_h2f(p2[a3_w + kk]);
         }
@@ -113,10 +110,10 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
       bv0 = 0;
       bm0 = 0;
       {
-        const int kk = 0 + b0_k;
+        const unsigned kk = 0 + b0_k;
         if (b0_in && kk < 72) {
-          const int ci = kk / 9;
-          const int j = kk % 9;
+          const unsigned ci = kk / 9;
+          const unsigned j = kk % 9;
           const int h0 = b0_p0 + (j / 3) * 1;
           const int h1 = b0_p1 + (j % 3) * 1;
           if (h0 >= 0 && h0 < 9 && h1 >= 0 && h1 < 9) {
@@ -128,10 +125,10 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
       bv1 = 0;
       bm1 = 0;
       {
-        const int kk = 0 + b1_k;
+        const unsigned kk = 0 + b1_k;
         if (b1_in && kk < 72) {
-          const int ci = kk / 9;
-          const int j = kk % 9;
+          const unsigned ci = kk / 9;
+          const unsigned j = kk % 9;
           const int h0 = b0_p0 + (j / 3) * 1;
           const int h1 = b0_p1 + (j % 3) * 1;
           if (h0 >= 0 && h0 < 9 && h1 >= 0 && h1 < 9) {
@@ -159,7 +156,7 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
       if (more) {
         av0 = 0;
         {
-          const int kk = (kt + 1) * 128 + a0_k;
+          const unsigned kk = (kt + 1) * 128 + a0_k;
           if (a0_in && kk < 72) {
             av0 = gc_h2f(p2[a0_w + kk]);
           }
@@ -167,7 +164,7 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
         bad |= !(av0 - av0 == (float)0);
         av1 = 0;
         {
-          const int kk = (kt + 1) * 128 + a1_k;
+          const unsigned kk = (kt + 1) * 128 + a0_k;
           if (a1_in && kk < 72) {
             av1 = gc_h2f(p2[a1_w + kk]);
           }
@@ -175,7 +172,7 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
         bad |= !(av1 - av1 == (float)0);
         av2 = 0;
         {
-          const int kk = (kt + 1) * 128 + a2_k;
+          const unsigned kk = (kt + 1) * 128 + a0_k;
           if (a2_in && kk < 72) {
             av2 = gc_h2f(p2[a2_w + kk]);
           }
@@ -183,7 +180,7 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
         bad |= !(av2 - av2 == (float)0);
         av3 = 0;
         {
-          const int kk = (kt + 1) * 128 + a3_k;
+          const unsigned kk = (kt + 1) * 128 + a0_k;
           if (a3_in && kk < 72) {
             av3 = gc_h2f(p2[a3_w + kk]);
           }
@@ -192,10 +189,10 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
         bv0 = 0;
         bm0 = 0;
         {
-          const int kk = (kt + 1) * 128 + b0_k;
+          const unsigned kk = (kt + 1) * 128 + b0_k;
           if (b0_in && kk < 72) {
-            const int ci = kk / 9;
-            const int j = kk % 9;
+            const unsigned ci = kk / 9;
+            const unsigned j = kk % 9;
             const int h0 = b0_p0 + (j / 3) * 1;
             const int h1 = b0_p1 + (j % 3) * 1;
             if (h0 >= 0 && h0 < 9 && h1 >= 0 && h1 < 9) {
@@ -207,10 +204,10 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
         bv1 = 0;
         bm1 = 0;
         {
-          const int kk = (kt + 1) * 128 + b1_k;
+          const unsigned kk = (kt + 1) * 128 + b1_k;
           if (b1_in && kk < 72) {
-            const int ci = kk / 9;
-            const int j = kk % 9;
+            const unsigned ci = kk / 9;
+            const unsigned j = kk % 9;
             const int h0 = b0_p0 + (j / 3) * 1;
             const int h1 = b0_p1 + (j % 3) * 1;
             if (h0 >= 0 && h0 < 9 && h1 >= 0 && h1 < 9) {
@@ -342,7 +339,6 @@ GC_KERNEL k1(char *__restrict__ gc_arena) {
     const bool a0_in = a0_r < 16;
     const int a0_i = ((int)z * 16 + a0_r) * 25;
     const int a1_r = m0 + ((tid + 256) / 64);
-    const int a1_k = (tid + 256) % 64;
     const bool a1_in = a1_r < 16;
     const int a1_i = ((int)z * 16 + a1_r) * 25;
     const int b0_r = n0 + (tid / 64);
@@ -352,7 +348,6 @@ GC_KERNEL k1(char *__restrict__ gc_arena) {
     const int b0_e0 = (b0_r % 9 / 3) * 1 - 1;
     const int b0_e1 = (b0_r % 9 % 3) * 1 - 1;
     const int b1_r = n0 + ((tid + 256) / 64);
-    const int b1_k = (tid + 256) % 64;
     const bool b1_in = b1_r < 72;
     const int b1_o = ((int)z * 8 + b1_r / 9) * 81;
     const int b1_e0 = (b1_r % 9 / 3) * 1 - 1;
@@ -369,7 +364,7 @@ GC_KERNEL k1(char *__restrict__ gc_arena) {
       bool bad = false;
       av0 = 0;
       {
-        const int kk = 0 + a0_k;
+        const unsigned kk = 0 + a0_k;
         if (a0_in && kk < 50) {
           av0 = gc_h2f(p2[a0_i + kk + (kk / 25) * 375]);
         }
@@ -377,7 +372,7 @@ GC_KERNEL k1(char *__restrict__ gc_arena) {
       bad |= !(av0 - av0 == (float)0);
       av1 = 0;
       {
-        const int kk = 0 + a1_k;
+        const unsigned kk = 0 + a0_k;
         if (a1_in && kk < 50) {
           av1 = gc_h2f(p2[a1_i + kk + (kk / 25) * 375]);
         }
@@ -386,9 +381,9 @@ GC_KERNEL k1(char *__restrict__ gc_arena) {
       bv0 = 0;
       bm0 = 0;
       {
-        const int kk = 0 + b0_k;
+        const unsigned kk = 0 + b0_k;
         if (b0_in && kk < 50) {
-          const int q = kk % 25;
+          const unsigned q = kk % 25;
           const int h0 = (q / 5) * 2 + b0_e0;
           const int h1 = (q % 5) * 2 + b0_e1;
           if (h0 >= 0 && h0 < 9 && h1 >= 0 && h1 < 9) {
@@ -400,9 +395,9 @@ GC_KERNEL k1(char *__restrict__ gc_arena) {
       bv1 = 0;
       bm1 = 0;
       {
-        const int kk = 0 + b1_k;
+        const unsigned kk = 0 + b0_k;
         if (b1_in && kk < 50) {
-          const int q = kk % 25;
+          const unsigned q = kk % 25;
           const int h0 = (q / 5) * 2 + b1_e0;
           const int h1 = (q % 5) * 2 + b1_e1;
           if (h0 >= 0 && h0 < 9 && h1 >= 0 && h1 < 9) {
@@ -428,7 +423,7 @@ GC_KERNEL k1(char *__restrict__ gc_arena) {
       if (more) {
         av0 = 0;
         {
-          const int kk = (kt + 1) * 64 + a0_k;
+          const unsigned kk = (kt + 1) * 64 + a0_k;
           if (a0_in && kk < 50) {
             av0 = gc_h2f(p2[a0_i + kk + (kk / 25) * 375]);
           }
@@ -436,7 +431,7 @@ GC_KERNEL k1(char *__restrict__ gc_arena) {
         bad |= !(av0 - av0 == (float)0);
         av1 = 0;
         {
-          const int kk = (kt + 1) * 64 + a1_k;
+          const unsigned kk = (kt + 1) * 64 + a0_k;
           if (a1_in && kk < 50) {
             av1 = gc_h2f(p2[a1_i + kk + (kk / 25) * 375]);
           }
@@ -445,9 +440,9 @@ GC_KERNEL k1(char *__restrict__ gc_arena) {
         bv0 = 0;
         bm0 = 0;
         {
-          const int kk = (kt + 1) * 64 + b0_k;
+          const unsigned kk = (kt + 1) * 64 + b0_k;
           if (b0_in && kk < 50) {
-            const int q = kk % 25;
+            const unsigned q = kk % 25;
             const int h0 = (q / 5) * 2 + b0_e0;
             const int h1 = (q % 5) * 2 + b0_e1;
             if (h0 >= 0 && h0 < 9 && h1 >= 0 && h1 < 9) {
@@ -459,9 +454,9 @@ GC_KERNEL k1(char *__restrict__ gc_arena) {
         bv1 = 0;
         bm1 = 0;
         {
-          const int kk = (kt + 1) * 64 + b1_k;
+          const unsigned kk = (kt + 1) * 64 + b0_k;
           if (b1_in && kk < 50) {
-            const int q = kk % 25;
+            const unsigned q = kk % 25;
             const int h0 = (q / 5) * 2 + b1_e0;
             const int h1 = (q % 5) * 2 + b1_e1;
             if (h0 >= 0 && h0 < 9 && h1 >= 0 && h1 < 9) {

@@ -42,7 +42,6 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
     const bool a0_in = a0_r < 40;
     const int a0_o = za + a0_r * 24;
     const int a1_r = m0 + ((tid + 256) / 64);
-    const int a1_k = (tid + 256) % 64;
     const bool a1_in = a1_r < 40;
     const int a1_o = za + a1_r * 24;
     const int b0_r = n0 + (tid % 8);
@@ -62,28 +61,28 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
     {
       av0 = 0;
       {
-        const int kk = 0 + a0_k;
+        const unsigned kk = 0 + a0_k;
         if (a0_in && kk < 24) {
           av0 = p1[a0_o + kk];
         }
       }
       av1 = 0;
       {
-        const int kk = 0 + a1_k;
+        const unsigned kk = 0 + a0_k;
         if (a1_in && kk < 24) {
           av1 = p1[a1_o + kk];
         }
       }
       bv0 = 0;
       {
-        const int kk = 0 + b0_k;
+        const unsigned kk = 0 + b0_k;
         if (b0_in && kk < 24) {
           bv0 = p2[b0_o + kk * 56];
         }
       }
       bv1 = 0;
       {
-        const int kk = 0 + b1_k;
+        const unsigned kk = 0 + b1_k;
         if (b1_in && kk < 24) {
           bv1 = p2[b0_o + kk * 56];
         }
@@ -100,28 +99,28 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
       if (more) {
         av0 = 0;
         {
-          const int kk = (kt + 1) * 64 + a0_k;
+          const unsigned kk = (kt + 1) * 64 + a0_k;
           if (a0_in && kk < 24) {
             av0 = p1[a0_o + kk];
           }
         }
         av1 = 0;
         {
-          const int kk = (kt + 1) * 64 + a1_k;
+          const unsigned kk = (kt + 1) * 64 + a0_k;
           if (a1_in && kk < 24) {
             av1 = p1[a1_o + kk];
           }
         }
         bv0 = 0;
         {
-          const int kk = (kt + 1) * 64 + b0_k;
+          const unsigned kk = (kt + 1) * 64 + b0_k;
           if (b0_in && kk < 24) {
             bv0 = p2[b0_o + kk * 56];
           }
         }
         bv1 = 0;
         {
-          const int kk = (kt + 1) * 64 + b1_k;
+          const unsigned kk = (kt + 1) * 64 + b1_k;
           if (b1_in && kk < 24) {
             bv1 = p2[b0_o + kk * 56];
           }
