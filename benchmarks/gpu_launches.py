@@ -100,7 +100,44 @@ def host_split(runner: Any, step: Any, reps: int = 200) -> str:
             delattr(drv, name)
     return (f"step {total:.3f} ms = gradc's Python {python:.3f} ms + the graph, launch to "
             f"synchronize, {graph:.3f} ms + driver calls and gaps "
-            f"{total - python - graph:.3f} ms (medians, one run)")
+            f"{total - python - graph:.3f} ms (medians, one run)\n\n" + driver_calls(drv, step))
+
+
+DRIVER = ("wait_for_others", "copy", "upload", "mark", "replay", "download", "synchronize",
+          "wait_mark")
+
+
+def driver_calls(drv: Any, step: Any, reps: int = 50) -> str:
+    """Each driver call of a step, timed on the host (wall time inside the call, summed over
+    ``reps`` steps): what the step's share beyond gradc's Python and the graph is made of.
+    A download includes its wait for the stream (the graph's end, for the first one)."""
+    spent: dict[str, float] = {n: 0.0 for n in DRIVER}
+    calls: dict[str, int] = {n: 0 for n in DRIVER}
+
+    def timed(name: str, fn: Any) -> Any:
+        def call(*a: Any, **k: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[name] += time.perf_counter() - t
+                calls[name] += 1
+        return call
+
+    for name in DRIVER:
+        setattr(drv, name, timed(name, getattr(drv, name)))
+    try:
+        t = time.perf_counter()
+        for _ in range(reps):
+            step()
+        total = time.perf_counter() - t
+    finally:
+        for name in DRIVER:
+            delattr(drv, name)
+    parts = [f"{n} {calls[n] / reps:g}x {1e3 * spent[n] / reps:.3f} ms"
+             for n in DRIVER if calls[n]]
+    return (f"driver calls per step (mean of {reps} steps of {1e3 * total / reps:.3f} ms; "
+            f"a download's time includes its wait for the stream): " + ", ".join(parts))
 
 
 def max_streams() -> int:
