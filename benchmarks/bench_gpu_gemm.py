@@ -1,7 +1,7 @@
 """gemm and convolution kernels of the cuda target on the GPU, against PyTorch (TF32 off).
 
     python3 benchmarks/bench_gpu_gemm.py [--batches 8,64] [--sets resnet18,unet,gemm]
-        [--reps 20] [--sweep resnet18/l4,unet/dec1b] [--cache DIR]
+        [--reps 20] [--sweep resnet18/l4,unet/dec1b/wgrad] [--cache DIR]
 
 For every convolution layer of resnet18 and the UNet at 3x64x64 (tests/real_models.py) and
 batch 8 and 64, three kernels -- the forward convolution (``fwd``), the input gradient
@@ -18,7 +18,8 @@ the ratio. Checks printed beside them:
 - ``bound``: at full size every result is within SPEC-training.md §9.5's bound of PyTorch's
   float64 result (``|got - ref| <= (K + 1) * 2**-23 * S``, ``S`` the same op on absolute values).
 
-``--sweep`` times every tile shape (``tiling.tiles``) of the named layers (``set/layer``) at the
+``--sweep`` times every tile shape (``tiling.tiles``) of the named layers (``set/layer``, or
+``set/layer/kind`` for one of its kernels) at the
 first batch size and prints the 12 fastest and the cost model's choice, to tune
 ``tiling.choose``. Kernels are compiled by NVRTC in
 parallel threads first (the CUBIN cache, ``--cache``, makes a second run start at once). Needs
@@ -61,10 +62,11 @@ class Layer:
     hw: int
     k: int = 3
     s: int = 1
+    p: int = -1  # padding (-1: half the filter, as resnet18's and the UNet's layers)
 
     @property
     def pad(self) -> int:
-        return (self.k - 1) // 2
+        return (self.k - 1) // 2 if self.p < 0 else self.p
 
     @property
     def out(self) -> int:
@@ -82,6 +84,12 @@ SETS: dict[str, list[Layer]] = {
              Layer("enc2b", 32, 32, 32), Layer("mid", 32, 32, 16), Layer("dec2a", 64, 16, 32),
              Layer("dec2b", 16, 16, 32), Layer("dec1a", 32, 16, 64), Layer("dec1b", 16, 16, 64),
              Layer("head", 16, 4, 64, 1)],
+    # squeezenet1_0 at 3x64x64: its first layer (no padding), a fire module's squeeze and
+    # 3x3 expand at each of its three sizes, and the classifier
+    "squeezenet": [Layer("conv1", 3, 96, 64, 7, 2, 0), Layer("fire2.s", 96, 16, 14, 1),
+                   Layer("fire2.e3", 16, 64, 14), Layer("fire5.s", 256, 32, 7, 1),
+                   Layer("fire5.e3", 32, 128, 7), Layer("fire9.s", 512, 64, 3, 1),
+                   Layer("fire9.e3", 64, 256, 3), Layer("head", 512, 10, 3, 1)],
 }
 # (name, a shape, b shape, trans_a, trans_b); the batch size B is filled in
 GEMMS = [("square1024", (1024, 1024), (1024, 1024), False, False),
@@ -280,7 +288,7 @@ def small_graphs() -> list[tuple[gradc.Graph, dict[str, tuple]]]:
     for name, layers in SETS.items():
         for L in layers:
             small = Layer(f"{name}.{L.name}", max(1, L.ci // 16), max(2, L.co // 16),
-                          max(L.k, min(L.hw, 11)), L.k, L.s)
+                          max(L.k, min(L.hw, 11)), L.k, L.s, L.p)
             graphs += [conv_graph(small, 2, kind) for kind in KINDS]
     for ta in (False, True):
         for tb in (False, True):
@@ -312,9 +320,9 @@ def sweep(spec: str, n: int, args: argparse.Namespace, arch: str,
           rng: np.random.Generator) -> None:
     """Every tile shape of the named layers' kernels at batch ``n`` (the 12 fastest)."""
     for item in spec.split(","):
-        set_name, layer_name = item.split("/")
+        set_name, layer_name, *kind_name = item.split("/")
         L = next(x for x in SETS[set_name] if x.name == layer_name)
-        for kind in KINDS:
+        for kind in kind_name or KINDS:
             g, shapes = conv_graph(L, n, kind)
             every: list[tiling.Tile | None] = [None, *tiling.tiles("float")]
             precompile([g] * len(every), arch, args.cache, every, args.sums)
