@@ -11,8 +11,12 @@ too, while products add each term with a fused multiply-add (bit for bit a slow 
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import gradc
 from gradc import ops
@@ -511,3 +515,33 @@ def test_real_models_train_under_split_sums_as_on_the_c_target(name, cache, smal
         dw, dg = want[k] - start[k], got[k] - start[k]
         tol = 5e-3 * float(np.abs(dw).max(initial=0.0)) + 1e-7
         assert float(np.abs(dg - dw).max(initial=0.0)) <= tol, k
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 7), min_size=1, max_size=5), st.data())
+def test_decompose_gives_every_member_its_offset(sizes, data):
+    """``split.decompose`` (the offset of a split sum's member, its axes merged where they lie
+    contiguously) against a loop over the box, for the sub-boxes of a row-major array: every
+    choice of axes, with and without the 32-bit form (a stride that passes 2**31)."""
+    full = [n + data.draw(st.integers(0, 2)) for n in sizes]  # the array the box lies in
+    strides = [1] * len(full)
+    for a in range(len(full) - 2, -1, -1):
+        strides[a] = strides[a + 1] * full[a + 1]
+    if data.draw(st.booleans()):  # a huge outer stride: the 64-bit form
+        strides = [s * (1 << 29) if a == 0 else s for a, s in enumerate(strides)]
+    expr = split.decompose("j", sizes, strides)
+    if expr != "0":  # (a box of one element)
+        reach = sum((n - 1) * s for n, s in zip(sizes, strides))
+        assert ("(unsigned)" in expr) == (reach < 1 << 31), expr
+    py = expr.replace("(unsigned)", "").replace("/", "//")
+    for j, idx in enumerate(itertools.product(*(range(n) for n in sizes))):
+        want = sum(i * s for i, s in zip(idx, strides))
+        assert eval(py, {"j": j}) == want, (sizes, strides, expr, j)  # noqa: S307
+
+
+def test_decompose_merges_the_axes_that_lie_contiguously():
+    """A bias gradient's members (images, then rows and columns of one channel): the rows and
+    columns are one run of memory, so one division and one remainder, in 32 bits."""
+    assert split.decompose("j", [64, 15, 15], [14400, 15, 1]) == \
+        "(((unsigned)(j)) / 225) * 14400 + (((unsigned)(j))) % 225"
+    assert split.decompose("g", [1, 8, 1], [64, 8, 8]) == "(((unsigned)(g))) * 8"

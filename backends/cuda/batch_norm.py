@@ -30,22 +30,9 @@ from gradc.backends.c.ctypes_map import ctype, float_literal
 from gradc.backends.c.scalar import narrow, widen
 from gradc.backends.cuda import batch_norm_split as split
 from gradc.backends.cuda.kernel import BLOCK, CudaKernel, row_major, static_shape
+from gradc.backends.cuda.split import decompose
 
 CHUNK = 1024  # members staged per turn (per buffer half and chain: 4 KB of float)
-
-
-def _decompose(flat: str, sizes: Sequence[int], strides: Sequence[int]) -> str:
-    """The offset of element ``flat`` of a row-major box of ``sizes`` whose axes step by
-    ``strides`` in memory (``0`` for a box of one element)."""
-    terms, inner, total = [], 1, _prod(sizes)
-    for size, st in reversed(list(zip(sizes, strides))):
-        if size != 1:
-            c = f"({flat})" if inner == 1 else f"({flat}) / {inner}"
-            if inner * size != total:  # an outer axis remains: wrap
-                c = f"({c}) % {size}"
-            terms.append(c if st == 1 else f"({c}) * {st}")
-        inner *= size
-    return " + ".join(reversed(terms)) or "0"
 
 
 def _prod(sizes: Sequence[int]) -> int:
@@ -67,8 +54,8 @@ class Groups:
         self.a = self.t.acc
         self.count = _prod([shape[a] for a in kept])  # G
         self.members = _prod([shape[a] for a in red])  # M
-        self.base = _decompose("g", [shape[a] for a in kept], [st[a] for a in kept])
-        self.moff = lambda j: _decompose(j, [shape[a] for a in red], [st[a] for a in red])
+        self.base = decompose("g", [shape[a] for a in kept], [st[a] for a in kept])
+        self.moff = lambda j: decompose(j, [shape[a] for a in red], [st[a] for a in red])
 
     def load(self, v: Value, index: str) -> str:
         """The ACC value of ``v``'s element ``index``."""

@@ -72,17 +72,38 @@ def thread_parts(outputs: int, members: int) -> int:
 
 
 def decompose(flat: str, sizes: Sequence[int], strides: Sequence[int]) -> str:
-    """The offset of element ``flat`` of a row-major box of ``sizes`` whose axes step by
-    ``strides`` in memory (``0`` for a box of one element)."""
-    terms, inner, total = [], 1, 1
-    for s in sizes:
-        total *= s
-    for size, st in reversed(list(zip(sizes, strides))):
-        if size != 1:
-            c = f"({flat})" if inner == 1 else f"({flat}) / {inner}"
-            if inner * size != total:  # an outer axis remains: wrap
-                c = f"({c}) % {size}"
-            terms.append(c if st == 1 else f"({c}) * {st}")
+    """The offset of element ``flat`` (never negative) of a row-major box of ``sizes`` whose
+    axes step by ``strides`` in memory (``0`` for a box of one element).
+
+    Axes of one element are dropped and neighbours that lie contiguously (an axis's stride is
+    its inner neighbour's size times stride: a bias gradient's rows and columns) are one axis,
+    so a member's offset costs one division and one remainder per run of memory, not per
+    axis; where every offset and ``flat`` fit in 31 bits the arithmetic is 32-bit unsigned
+    (a division by a constant is then a multiply-high and a shift, not a 64-bit sequence)."""
+    axes: list[tuple[int, int]] = []
+    for size, st in zip(sizes, strides):
+        if size == 1:
+            continue
+        if axes and axes[-1][1] == size * st:  # contiguous with its inner neighbour: merged
+            axes[-1] = (axes[-1][0] * size, st)
+        else:
+            axes.append((size, st))
+    total = 1
+    for size, _ in axes:
+        total *= size
+    if total < 1 << 31 and sum((n - 1) * st for n, st in axes) < 1 << 31:
+        flat = f"(unsigned)({flat})"
+    return _offset(flat, axes, total)
+
+
+def _offset(flat: str, axes: Sequence[tuple[int, int]], total: int) -> str:
+    """``decompose``'s expression over its merged (size, stride) axes."""
+    terms, inner = [], 1
+    for size, st in reversed(axes):
+        c = f"({flat})" if inner == 1 else f"({flat}) / {inner}"
+        if inner * size != total:  # an outer axis remains: wrap
+            c = f"({c}) % {size}"
+        terms.append(c if st == 1 else f"({c}) * {st}")
         inner *= size
     return " + ".join(reversed(terms)) or "0"
 
