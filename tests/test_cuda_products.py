@@ -253,21 +253,6 @@ def test_the_split_policy_takes_the_tiles_measured_fastest(monkeypatch):
     assert tile.tm * tile.tn == 32, tile  # 8x4 or 4x8, not 8x8
     assert tiling.choose(_product(4096, 4096, 4096)).tm == 8  # a plain gemm keeps 8x8
 
-    def first() -> gradc.Graph:  # squeezenet1_0's first layer: 3 -> 96 channels, 7x7/2
-        g = gradc.Graph("first")
-        x = g.input("x", "float32", (64, 3, 64, 64))
-        w = g.input("w", "float32", (96, 3, 7, 7))
-        y = ops.convolution(x, w, strides=(2, 2))
-        g.output(y, "y")
-        dy = g.input("dy", "float32", tuple(int(d) for d in y.type.shape))
-        g.output(ops.convolution_filter_grad(x, dy, (96, 3, 7, 7), strides=(2, 2)), "dw")
-        return g
-    # the sweep (this layer, batch 64): 8x4 and 4x4 sums per thread on 128-row tiles, not the
-    # 2x4 and 2x2 tiles that stage many window elements per term (IMPLICIT_STAGING)
-    for p in _conv_products(monkeypatch, first):
-        tile, parts = tiling.choose_split(p)
-        assert tile.bm == 128 and tile.tm * tile.tn >= 16, (p.m, p.n, p.k, tile, parts)
-
 
 @pytest.fixture(scope="module")
 def nvrtc_cache(tmp_path_factory):

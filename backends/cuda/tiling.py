@@ -204,31 +204,13 @@ def cost(p: Product, t: Tile, latency: int = CHUNK_LATENCY) -> float:
         loads += each
         wf += each * max(1.0, nd * 16 / 128)
     fp = 2 * t.tm * t.tn  # warp instructions a kk (FP64 issues at half the rate)
-    staging = ((t.bm * (_staged(p.a) + 2) + t.bn * (_staged(p.b) + 3)) * t.bk / BLOCK
-               + 40) / t.bk
+    staging = ((t.bm * (p.a.cost + 2) + t.bn * (p.b.cost + 3)) * t.bk / BLOCK + 40) / t.bk
     issue = warps * (fp * word + loads + KK_OVERHEAD) + resident * BLOCK // 32 * staging
     # a computing warp's own chain: its instructions, or the dependent additions (4 clocks)
     per_kk = max(issue / 4, warps * wf, fp + loads + staging + 2 + KK_OVERHEAD, 4 * 1.15,
                  latency / t.bk)
     return waves * cdiv(p.k, t.bk) * t.bk * per_kk
 
-
-def _staged(op: Operand) -> float:
-    """What staging one element of an operand costs, in the model's instructions: its index
-    arithmetic, times ``IMPLICIT_STAGING`` for an implicit GEMM's window read."""
-    return op.cost * (IMPLICIT_STAGING if op.cost > IMPLICIT_COST else 1.0)
-
-
-# An implicit GEMM's operand (a convolution's input read through its window: the bounds checks,
-# the validity kept for the masks, 4-byte loads a stride apart) costs about this many times its
-# counted index instructions to stage: fitted to bench_gpu_gemm.py --sweep on the H200 (batch
-# 64, 15 kernels of resnet18, the UNet and squeezenet1_0), where without it the model took
-# tiles of 8 sums per thread that stage many window elements per term for squeezenet's first
-# layer (3 -> 96 channels, 7x7, stride 2): its forward convolution on 32x64x16/2x4 (0.113 ms,
-# against 0.095 on 128x64x8/8x4) and its filter gradient on 32x16x32/2x2 split 16 ways (0.143
-# ms, against 0.123 on 128x32x8/4x4 split 64 ways). Over the 15 kernels the model's picks went
-# from 9.2% to 6.8% slower than the fastest tile of each.
-IMPLICIT_STAGING = 3.0
 
 # The B operand's cost (integer instructions per element) from which it is an implicit GEMM's
 # (a convolution's input read through its window): its staging keeps indices per slot, and an
