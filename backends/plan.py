@@ -190,11 +190,16 @@ def sinks_last(plan: Plan) -> None:
     """Moves every kernel whose results no other kernel reads (the updates of parameters,
     optimizer state and running statistics) after all the others, each part keeping its order.
     A target that runs such kernels as one launch (the cuda target: a launch costs as much as
-    a small update) finds them together; their operands stay live to the end of the step."""
+    a small update) finds them together; their operands stay live to the end of the step.
+
+    A kernel that may raise an input error stays in place: the checks run in the graph's
+    order, so the error a call raises is the first failing node's, the reference's (fuzz seed
+    9797: a gather whose result was only an output moved after its gradient's gather_grad,
+    whose check then named the error)."""
     read = {plan.resolve(u) for n in plan.nodes for u in n.inputs}
 
     def sink(n: Node) -> bool:
-        return bool(n.outputs) and not any(v in read for v in n.outputs)
+        return bool(n.outputs) and not any(v in read for v in n.outputs) and not raises([n])
     plan.nodes[:] = [n for n in plan.nodes if not sink(n)] + [n for n in plan.nodes if sink(n)]
 
 
@@ -214,6 +219,7 @@ def hoist_sinks(plan: Plan, sinks: bool = True) -> None:
     buffer it overwrites.
 
     ``sinks=False`` moves only the small kernels that other kernels read (for ``sinks_last``).
+    A kernel that may raise an input error is never moved: the checks keep the graph's order.
 
     The order stays topological: a moved kernel follows its dependencies (fixed ones by
     position, moved ones by the same rule, earlier in the original order), and a fixed kernel
@@ -222,7 +228,7 @@ def hoist_sinks(plan: Plan, sinks: bool = True) -> None:
     read = {plan.resolve(u) for n in plan.nodes for u in n.inputs}
 
     def movable(n: Node) -> bool:
-        if not n.outputs:
+        if not n.outputs or raises([n]):  # the checks keep the graph's order (sinks_last)
             return False
         if not any(v in read for v in n.outputs):
             return sinks

@@ -108,6 +108,26 @@ def test_the_first_bad_index_in_row_major_order_of_gather_grad(target):
         gather(target, np.zeros((2, 4), F32), np.array(7, i64), axis=1)
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_first_failing_check_in_graph_order_names_the_error(target):
+    """A gather whose result is only an output (a kernel nothing reads, which the cuda target's
+    schedule sends to the end with the parameter updates) and, after it, a gather_grad of the
+    same indices: both fail, and the error is the gather's, the first in the graph's order, on
+    every target (fuzz seed 9797 found the cuda target naming the gather_grad's)."""
+    g = gradc.Graph("two_checks")
+    x = g.input("x", "float32", (2, 3))
+    idx = g.input("idx", "int32", (4,))
+    dy = g.input("dy", "float32", (4, 3))
+    g.output(ops.gather(x, idx), "y")
+    g.output(ops.add(ops.gather_grad(dy, idx, (2, 3)), x), "dx")  # read: not a sink
+    feeds = {"x": np.ones((2, 3), F32), "idx": np.array([-2**31, 0, 1, 0], np.int32),
+             "dy": np.ones((4, 3), F32)}
+    with pytest.raises(gradc.InputError) as info:
+        compile_for(g, target)(**feeds)
+    assert str(info.value) == ("gather: indices[0] = -2147483648: expected an index in -2..1 "
+                               "(input.shape[axis] = 2)")
+
+
 # -- every dtype, bit for bit -------------------------------------------------------------------
 DTYPES = ["float64", "float32", "float16", "int64", "int32", "int16", "int8", "uint64", "uint32",
           "uint16", "uint8", "bool"]
