@@ -80,10 +80,14 @@ class _Parts:
                 f"const {ix} kend = kbeg + {self.length} < {p.k} ? kbeg + {self.length} : "
                 f"{p.k};")
 
+    def cell(self, m: str, n: str) -> str:
+        """The scratch element of this part's sum of output (m, n)."""
+        p = self.p
+        return f"{self.scratch}[((part * {p.z} + z) * {p.m} + {m}) * {p.n} + {n}]"
+
     def save(self, m: str, n: str, acc: str) -> list[str]:
         """The line saving the part's sum of output (m, n)."""
-        p = self.p
-        return [f"{self.scratch}[((part * {p.z} + z) * {p.m} + {m}) * {p.n} + {n}] = {acc};"]
+        return [f"{self.cell(m, n)} = {acc};"]
 
     def vectors(self, fb: "_Frag") -> bool:
         """True when a thread's sums of one row are saved as 16-byte vectors: its B rows lie
@@ -99,8 +103,7 @@ class _Parts:
         body = [f"const {ix} m = m0 + {fa.row('i')};",
                 f"const {ix} n = n0 + {fb.row(f'(jv * {v})')};",
                 f"if ({inside}m < {p.m} && n < {p.n})", "{",
-                f"  *({fb.vec} *)&{self.scratch}[((part * {p.z} + z) * {p.m} + m) * {p.n} + n] "
-                f"= {fb.vec}{{{{{vals}}}}};", "}"]
+                f"  *({fb.vec} *)&{self.cell('m', 'n')} = {fb.vec}{{{{{vals}}}}};", "}"]
         _unrolled(cw, [f"i < {t.tm}", f"jv < {t.tn // v}"], body)
 
 
