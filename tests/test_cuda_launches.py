@@ -98,6 +98,41 @@ def test_updates_share_one_launch(tmp_path):
         assert_bits(got[k], want[k])
 
 
+@pytest.mark.parametrize("count", [2, 5, 11])
+def test_a_merged_launch_finds_each_blocks_update_by_halving(tmp_path, count):
+    """``count`` updates of parameters of 1..600 elements (some over several blocks) in one
+    launch: every element updated exactly once, bit for bit; a block tests about log2(count)
+    ranges (one ``if`` per split of the list, nested), not every range before its own."""
+    g = gradc.Graph("many")
+    rng = np.random.default_rng(count)
+    feeds, in_place = {}, {}
+    sizes = [int(s) for s in rng.integers(1, 600, count)]
+    sizes[0] = 1
+    grads = g.input("gs", "float32", (sum(sizes),))
+    feeds["gs"] = rng.standard_normal(sum(sizes)).astype(np.float32)
+    total = ops.reduce_sum(ops.mul(grads, grads), (0,))
+    lr = ops.constant(np.float32(0.01))
+    at = 0
+    for i, size in enumerate(sizes):
+        w = g.input(f"w{i}", "float32", (size,))
+        feeds[f"w{i}"] = rng.standard_normal(size).astype(np.float32)
+        gi = ops.slice(grads, (at,), (size,), (1,))
+        g.output(ops.sub(w, ops.mul(ops.mul(gi, total), lr)), f"w{i}_next")
+        in_place[f"w{i}_next"] = f"w{i}"
+        at += size
+    got, program, _ = _run(g, feeds, tmp_path, in_place)
+    assert program.launches[-1].label == f"merged -> {count} kernels"
+    want = gradc.compile(g, target="reference")(**feeds)
+    for k in want:
+        assert_bits(got[k], want[k])
+    src = program.source.split("GC_KERNEL")[-1]
+    ifs = [line for line in src.splitlines() if line.strip().startswith("if (blockIdx.x < ")]
+    assert len(ifs) == count - 1
+    depth = max(len(line) - len(line.lstrip()) for line in ifs) // 2  # CWriter indents by 2
+    assert depth <= (count - 1).bit_length()
+    assert program.launches[-1].grid == sum(-(-s // 256) for s in sizes)
+
+
 def test_an_update_that_overwrites_what_another_reads_gets_a_launch_of_its_own(tmp_path):
     """b = every other element of a (a gather, not fused with a', into an output); a' = 2a
     overwrites a in place: a' runs after b (the plan moves the writer after the last reader),

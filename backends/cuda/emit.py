@@ -467,22 +467,37 @@ def merged(name: str, segments: list[tuple[CudaKernel, list[str]]],
     blocks): each gets the blocks its own launch would have, a range of ``blockIdx.x``, and
     runs its body there with ``gc_first``/``gc_stride`` counting within its range. The
     segments share no buffer that one of them writes (``_Builder._mergeable``), so their order
-    does not matter; their block counts are fixed at compile time."""
+    does not matter; their block counts are fixed at compile time.
+
+    A block finds its segment by halving the list of ranges (``if (blockIdx.x < start)``
+    nested about log2(segments) deep), not by testing the ranges one after another: an
+    optimizer's update of a hundred parameters spent more instructions finding its segment
+    than updating its elements (resnet18 at batch 64 on an H200: 0.177 -> 0.112 ms)."""
     w = CWriter()
     w.comment("fused", f"{len(segments)} kernels in one launch, each on its own blocks")
-    lo = 0
+    parts = [k.part() for k, _ in segments]
+    blocks = [grid(part.work, part.block) for part in parts]
+    starts = [sum(blocks[:i]) for i in range(len(blocks))]
+
+    def emit(first: int, end: int) -> None:
+        """The segments first..end-1, their blocks being those from starts[first] on."""
+        if end - first == 1:  # inside an if or an else: the declarations are its own
+            k, decls = segments[first]
+            w.comment(k.node.op if k.node.body is None else "fused")
+            w.line(f"#define gc_first() ((int64_t)(blockIdx.x - {starts[first]}u) * "
+                   "blockDim.x + threadIdx.x)",
+                   f"#define gc_stride() ((int64_t){blocks[first]} * blockDim.x)", *decls)
+            w.nest(parts[first].code)
+            w.line("#undef gc_first", "#undef gc_stride")
+            return
+        mid = (first + end) // 2
+        with w.block(f"if (blockIdx.x < {starts[mid]}u)"):
+            emit(first, mid)
+        with w.block("else"):
+            emit(mid, end)
+
+    assert len(segments) > 1
     with w.block(f"GC_KERNEL {name}(char *__restrict__ gc_arena)"):
         w.line("(void)gc_arena;", *stop)
-        for k, decls in segments:
-            part = k.part()
-            g = grid(part.work, part.block)
-            w.comment(k.node.op if k.node.body is None else "fused")
-            first = f"blockIdx.x >= {lo}u && " if lo else ""
-            with w.block(f"if ({first}blockIdx.x < {lo + g}u)"):
-                w.line(f"#define gc_first() ((int64_t)(blockIdx.x - {lo}u) * blockDim.x + "
-                       "threadIdx.x)", f"#define gc_stride() ((int64_t){g} * blockDim.x)",
-                       *decls)
-                w.nest(part.code)
-                w.line("#undef gc_first", "#undef gc_stride")
-            lo += g
-    return w, lo
+        emit(0, len(segments))
+    return w, sum(blocks)

@@ -278,7 +278,9 @@ class _Staging:
         for s in range(self.slots):
             row, kk = self.positions(s)
             tag = f"{self.name}{s}"
-            inside = f"{self.row_tag(s)}_r < {self.count}"
+            # a row past the problem's edge only where the tiles do not divide it
+            inside = "true" if self.count % self.rows == 0 else \
+                f"{self.row_tag(s)}_r < {self.count}"
             if self.partial and s == self.slots - 1:
                 inside += f" && tid + {BLOCK * s} < {self.rows * self.bk}"
             if self.row_tag(s) == tag:
@@ -289,10 +291,11 @@ class _Staging:
             if self.row_tag(s) == tag:
                 cw.line(*self.op.row(tag, f"{tag}_r"))
 
-    def load(self, cw: CWriter, acc: str, k0: str, kcount: int | str, masked: bool,
+    def load(self, cw: CWriter, acc: str, k0: str, kcount: str | None, masked: bool,
              check: bool, ix: str) -> None:
         """Read the chunk at ``k0`` into registers ``<name>v<s>`` (and masks ``<name>m<s>``;
-        ``check``: flag a NaN or an infinity in ``bad``)."""
+        ``kcount``: the end of the terms, None where no chunk passes it; ``check``: flag a NaN
+        or an infinity in ``bad``)."""
         op = self.op
         for s in range(self.slots):
             tag = f"{self.name}{s}"
@@ -302,7 +305,8 @@ class _Staging:
                 cw.line(f"{self.name}m{s} = 0;")
             with cw.block():
                 cw.line(f"const {tiling.digits(ix)} kk = {k0} + {self.k_tag(s)}_k;")
-                with cw.block(f"if ({tag}_in && kk < {kcount})"):
+                inside = f"{tag}_in" if kcount is None else f"{tag}_in && kk < {kcount}"
+                with cw.block(f"if ({inside})"):
                     lines, off, valid = op.at(self.row_tag(s), "kk")
                     cw.line(*lines)
                     value = widen(op.t, f"{op.ptr}[{off}]")
@@ -337,7 +341,12 @@ def emit_tiled(k: CudaKernel, p: Product, t: Tile, split: _Parts | None = None) 
     mt, nt = cdiv(p.m, t.bm), cdiv(p.n, t.bn)
     count = (split.count if split else 1) * p.z * mt * nt
     chunks = cdiv(split.length if split else p.k, t.bk)
-    k0, kcount = ("kbeg", "kend") if split else ("0", str(p.k))
+    k0, kend = ("kbeg", "kend") if split else ("0", str(p.k))
+    # A chunk reaches past the terms only where the chunks do not divide K (or the parts do
+    # not: a part's length is a multiple of the chunk, so its chunks never pass its end).
+    assert split is None or split.length % t.bk == 0
+    tail = p.k % split.length != 0 if split else p.k % t.bk != 0
+    kcount = kend if tail else None
     sta, stb = _Staging("a", p.a, fa, p.m), _Staging("b", p.b, fb, p.n)
     k.work = min(count, 1 << 30) * BLOCK
     cw.line(*fa.declarations(), *fb.declarations())
@@ -400,7 +409,7 @@ def _masked(p: Product) -> bool:
     return p.b.at("x", "kk")[2] is not None
 
 
-def _load(cw: CWriter, sta: _Staging, stb: _Staging, acc: str, k0: str, kcount: int | str,
+def _load(cw: CWriter, sta: _Staging, stb: _Staging, acc: str, k0: str, kcount: str | None,
           masked: bool, ix: str) -> None:
     sta.load(cw, acc, k0, kcount, False, masked, ix)
     stb.load(cw, acc, k0, kcount, masked, False, ix)
@@ -413,7 +422,7 @@ def _store(cw: CWriter, sta: _Staging, stb: _Staging, buf: str, masked: bool) ->
         cw.line("q++;", f"if (bad) gc_bad[{buf}] = q;")
 
 
-def _stage(cw: CWriter, sta: _Staging, stb: _Staging, acc: str, k0: str, kcount: int | str,
+def _stage(cw: CWriter, sta: _Staging, stb: _Staging, acc: str, k0: str, kcount: str | None,
            masked: bool, ix: str, buf: str) -> None:
     """Load and store the first chunk (its own scope: ``bad`` is the chunk's)."""
     with cw.block():

@@ -39,17 +39,17 @@ GC_KERNEL k0(char *__restrict__ gc_arena) {
     (void)za; (void)zb;
     const int a0_r = m0 + (tid / 64);
     const int a0_k = tid % 64;
-    const bool a0_in = a0_r < 40;
+    const bool a0_in = true;
     const int a0_o = za + a0_r * 24;
     const int a1_r = m0 + ((tid + 256) / 64);
-    const bool a1_in = a1_r < 40;
+    const bool a1_in = true;
     const int a1_o = za + a1_r * 24;
     const int b0_r = n0 + (tid % 8);
     const int b0_k = tid / 8;
-    const bool b0_in = b0_r < 56;
+    const bool b0_in = true;
     const int b0_o = zb + b0_r;
     const int b1_k = (tid + 256) / 8;
-    const bool b1_in = b0_r < 56;
+    const bool b1_in = true;
     float c[1][1];
     #pragma unroll
     for (int i = 0; i < 1; i++) {
