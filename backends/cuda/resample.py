@@ -24,8 +24,8 @@ from gradc.ir.ops.resample import all_taps
 from gradc.backends.c.ctypes_map import CType, ctype
 from gradc.backends.c.kernel import anchored, ctx_gen
 from gradc.backends.c.scalar import narrow, widen
-from gradc.backends.cuda.kernel import (TABLE_BUDGET, CudaKernel, check_table, coords, row_major,
-                                        static_shape)
+from gradc.backends.cuda.kernel import (BLOCK, TABLE_BUDGET, CudaKernel, check_table, coords,
+                                        row_major, static_shape)
 
 
 def _bits(w: np.ndarray) -> list[int]:
@@ -71,13 +71,16 @@ def emit_resample(k: CudaKernel) -> None:
         cw.line(f"{yp}[{i}] = {_store(t, 'acc')};")
 
 
-def _reach(idx: list[np.ndarray], wts: list[np.ndarray], n: int) -> tuple[list[int], ...]:
+def _reach(idx: list[np.ndarray], wts: list[np.ndarray], n: int,
+           live: bool = False) -> tuple[list[int], ...]:
     """Per position of dX on one axis: the dY coordinates whose taps land on it (increasing),
     each with those taps' weights (in tap order). Two-level CSR: groups of a position, then
-    weights of a group."""
+    weights of a group. ``live``: the taps of weight 0 left out (a group of none, too)."""
     groups: list[list[tuple[int, list[int]]]] = [[] for _ in range(n)]
     for c in range(len(idx[0])):
         for tp in range(len(idx)):
+            if live and float(wts[tp][c]) == 0:
+                continue
             e = int(idx[tp][c])
             g = groups[e]
             if not g or g[-1][0] != c:
@@ -113,9 +116,14 @@ def _regular(gstart: list[int], coord: list[int], wstart: list[int],
 def emit_resample_grad(k: CudaKernel) -> None:
     """Each element of dX: the weighted dY terms landing on it, in canonical order.
 
-    When every axis is a unit one (nearest resampling, scale-1 axes), ``_emit_blocks``. Else
-    an axis whose reach is regular (``_regular``) loops over its dY coordinates by arithmetic,
-    without tables, and leaves its weight (1.0) out of the product: multiplying by 1 is exact.
+    A tap of weight 0 adds ``0 * d``: +-0 where ``d`` is finite, which leaves the sum as it is
+    (a sum from +0 is never -0 in round-to-nearest, and x + +-0 = x for every other x), NaN
+    where it is not. Where some axis has such taps (linear resampling keeps a second tap of
+    weight 0 on every axis of scale 1, and at the borders), the kernel is two launches: the
+    first flags any non-finite element of dY (a flag per block of a fixed grid), the second
+    sums only the live terms where no flag is set -- the same bits, with a fraction of the
+    terms (the UNet's 2x bilinear upsampling: 16 where the reference adds 256) -- and every
+    term, as the reference does, where one is. Float dtypes only: an integer dY is finite.
     """
     an = anchored(k)
     dy, res = an.operand(0), an.result
@@ -126,6 +134,62 @@ def emit_resample_grad(k: CudaKernel) -> None:
     yst = row_major(ys)
     reaches = [_reach([tp[0] for tp in axis], [tp[1] for tp in axis], out[a])
                for a, axis in enumerate(taps)]
+    live = [_reach([tp[0] for tp in axis], [tp[1] for tp in axis], out[a], live=True)
+            for a, axis in enumerate(taps)]
+    if live == reaches:
+        _emit_sums(k, an, reaches, yst)
+        return
+    if not t.is_float:
+        _emit_sums(k, an, live, yst)
+        return
+    blocks, flags = _flag_finite(k, an, _prod(ys))
+    k.next_launch()
+    k.barrier = True
+    cw = k.code
+    cw.line("__shared__ int gc_fast;", "if (threadIdx.x == 0) gc_fast = 1;", "__syncthreads();")
+    with cw.block(f"for (int j = (int)threadIdx.x; j < {blocks}; j += (int)blockDim.x)"):
+        cw.line(f"if ({flags}[j]) gc_fast = 0;")
+    cw.line("__syncthreads();")
+    with cw.block("if (gc_fast)"):
+        _emit_sums(k, an, live, yst)
+    with cw.block("else"):
+        _emit_sums(k, an, reaches, yst)
+
+
+FLAG_BLOCKS = 512  # blocks of the flagging launch (a few per SM: it streams dY once)
+
+
+def _flag_finite(k: CudaKernel, an: Any, count: int) -> tuple[int, str]:
+    """The first launch: each block of a fixed grid stores 1 in its flag (scratch) where one
+    of its elements of dY (the prologue's values) is a NaN or an infinity, else 0; returns
+    the number of blocks and the flags' pointer."""
+    dy = an.operand(0)
+    t = ctype(dy.type.dtype)
+    blocks = max(1, min(FLAG_BLOCKS, -(-count // BLOCK)))
+    flags = k.scratch("int", blocks)
+    cw = k.code
+    k.work = blocks * BLOCK
+    k.barrier = True
+    cw.line("__shared__ int gc_any;", "if (threadIdx.x == 0) gc_any = 0;", "__syncthreads();",
+            "bool bad = false;")
+    with cw.block(f"for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; "
+                  f"i < {count}; i += (int64_t){blocks} * blockDim.x)"):
+        pro = ctx_gen(k, dy.type.shape, "i", an.loads, prefix="a")
+        dv = pro.get(dy)
+        cw.line(*pro.lines, f"const {t.acc} d = ({t.acc}){widen(t, dv)};",
+                "bad |= !(d - d == 0);")
+    cw.line("if (bad) gc_any = 1;", "__syncthreads();",
+            f"if (threadIdx.x == 0) {flags}[blockIdx.x] = gc_any;")
+    return blocks, flags
+
+
+def _emit_sums(k: CudaKernel, an: Any, reaches: list[tuple[list[int], ...]],
+               yst: list[int]) -> None:
+    """The loop over dX summing the terms of ``reaches``: blocks of unit axes, the padded
+    nest, or the general one (``emit_resample_grad``)."""
+    dy, res = an.operand(0), an.result
+    t = ctype(dy.type.dtype)
+    out = static_shape(k, res.type.shape)
     reg = [_regular(*reach) for reach in reaches]
     units = [_unit(*reach) for reach in reaches]
     if all(u is not None for u in units) and _prod([max(u) for u in units if u]) <= UNROLL:
