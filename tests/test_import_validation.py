@@ -169,3 +169,19 @@ def test_the_schema_of_the_models_opset_is_used():
     m.opset_import[0].version = 6
     m.ir_version = 3
     gradc.from_onnx(m)
+
+
+@pytest.mark.parametrize("op,attrs", [
+    ("ConvTranspose", {"output_shape": [1, 3]}),  # fuzz 9999: W's spatial sizes read for pads
+    ("ConvTranspose", {"auto_pad": "SAME_UPPER"}),
+    ("Conv", {"auto_pad": "SAME_LOWER"}),
+    ("Conv", {}),
+])
+def test_a_filter_of_another_rank_than_the_input_is_named(op, attrs):
+    """W of rank 1 against X of rank 4: a VerifyError naming W before any pad is computed
+    from W's spatial sizes (ConvTranspose's output_shape raised an IndexError there)."""
+    arrays = [np.ones((1, 4, 1, 2), np.float32), np.ones((1,), np.float32)]
+    with pytest.raises(gradc.VerifyError) as info:
+        gradc.from_onnx(_model(op, 2, 1, attrs, arrays))
+    assert "input W: expected rank 4" in str(info.value) and "got rank 1" in str(info.value), \
+        info.value

@@ -51,9 +51,12 @@ def _operands(n: OnnxNode, ctx: Context) -> tuple[Value, Value, list[int], list[
             if isinstance(dim, str):
                 raise UnsupportedError(f"input {field}: dim {i} is the symbol {dim!r} (gradc "
                                        "convolution needs static channel and spatial sizes)")
+    if w.type.rank != rank:  # before W's spatial sizes are read for the pads (fuzz 9999)
+        raise VerifyError(f"input W: expected rank {rank} (X's rank: (C_out, C_in / group) "
+                          f"and {rank - 2} spatial sizes), got rank {w.type.rank}")
     ks = [int(d) for d in w.type.shape[2:]]
     given = n.get_ints("kernel_shape", None)
-    if given is not None and (w.type.rank != rank or list(given) != ks):
+    if given is not None and list(given) != ks:
         raise VerifyError(f"attribute kernel_shape: expected W's spatial sizes {ks}, got "
                           f"{list(given)}")
     return x, w, [int(d) for d in x.type.shape[2:]], ks
