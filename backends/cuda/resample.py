@@ -122,7 +122,7 @@ def emit_resample_grad(k: CudaKernel) -> None:
     weight 0 on every axis of scale 1, and at the borders), the kernel is two launches: the
     first flags any non-finite element of dY (a flag per block of a fixed grid), the second
     sums only the live terms where no flag is set -- the same bits, with a fraction of the
-    terms (the UNet's 2x bilinear upsampling: 16 where the reference adds 256) -- and every
+    terms (the UNet's 2x bilinear upsampling: about 16 where the reference adds 64) -- and every
     term, as the reference does, where one is. Float dtypes only: an integer dY is finite.
     """
     an = anchored(k)
