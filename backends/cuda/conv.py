@@ -35,7 +35,7 @@ from typing import Any, Sequence
 
 from gradc.backends.c.ctypes_map import ctype
 from gradc.backends.c.scalar import narrow, widen
-from gradc.backends.cuda import tiled, tiling
+from gradc.backends.cuda import stencil, stencil_grad, tiled, tiling
 from gradc.backends.cuda.kernel import CudaKernel, check_table, row_major, static_shape
 
 
@@ -168,6 +168,14 @@ def emit_convolution(k: CudaKernel) -> None:
         lines.append(f"{py}[yo] = {narrow(t, value)};")
         return ["{", *("  " + x for x in lines), "}"]
 
+    if L.nd == 2 and max(L.s) == 1:  # few output channels: the direct kernel (stencil.py)
+        pad = L.sp if L.forward else [(kk_sizes[a] - 1) * L.d[a] - L.sp[a] for a in range(2)]
+        geo = stencil.Geometry(nb, L.g, cig, cog, ci_all, (sx[0], sx[1]), (so[0], so[1]),
+                               (kk_sizes[0], kk_sizes[1]), (L.d[0], L.d[1]), (pad[0], pad[1]))
+        plan = stencil.plan(geo, t.acc)
+        if plan is not None:
+            stencil.emit(k, geo, plan, a_op, t, px_, t.acc, ix, lambda: [], store)
+            return
     tiled.emit(k, tiling.Product(L.g, cog, nb * po, cig * taps, a_op, b_op, t.acc,
                                 lambda: [], store, ix))
 
@@ -386,8 +394,17 @@ def emit_filter_grad(k: CudaKernel) -> None:
     def store(m: str, n: str, s: str) -> list[str]:
         return [f"{pw}[(({ix})z * {ca} + {m}) * {cf * taps} + {n}] = {narrow(t, s)};"]
 
-    tiled.emit(k, tiling.Product(L.g, ca, cf * taps, nb * pi, a_op, b_op, t.acc,
-                                lambda: [], store, ix))
+    product = tiling.Product(L.g, ca, cf * taps, nb * pi, a_op, b_op, t.acc, lambda: [], store,
+                             ix)
+    if k.split and L.forward and L.nd == 2 and max(L.s) == 1:  # stencil_grad.py
+        geo = stencil_grad.Geometry(nb, L.g, ca, cf, (sot[0], sot[1]), (sit[0], sit[1]),
+                                    (ksz[0], ksz[1]), (L.d[0], L.d[1]), (L.sp[0], L.sp[1]),
+                                    L.flip)
+        plan = stencil_grad.plan(geo, t.acc)
+        if plan is not None:
+            stencil_grad.emit(k, geo, plan, product, pit, t, pother, t, ix)
+            return
+    tiled.emit(k, product)
 
 
 EMITTERS: dict[str, Any] = {"convolution": emit_convolution,

@@ -141,8 +141,14 @@ def _emit_split(k: CudaKernel, p: Product, t: Tile, parts: int) -> None:
         emit_direct(k, p, split)
     else:
         emit_tiled(k, p, t, split)
+    sum_parts(k, p, split)
+
+
+def sum_parts(k: CudaKernel, p: Product, split: _Parts) -> None:
+    """The second launch of a split product: a thread per output adds its parts in order from
+    +0 and runs the epilogue."""
     k.next_launch()
-    cw, ix, outs = k.code, p.ix, p.z * p.m * p.n
+    cw, ix, outs, count = k.code, p.ix, p.z * p.m * p.n, split.count
     k.code.comment(f"the {count} parts of each output, in order")
     with k.each(outs, "e"):
         cw.line(f"const {ix} z = ({ix})(e / {p.m * p.n});",

@@ -1,0 +1,332 @@
+"""The direct convolution of few output channels: a 2-D, unit-stride convolution whose input
+patch is staged once per chunk of channels and whose every tap reads it from shared memory.
+
+An implicit GEMM (``tiled.py``) stages the im2col matrix ``B``: each staged element serves the
+``M`` rows of its column, 16 multiply-adds for a 16-channel layer, against some 20 instructions
+to find, check and store it (measured on the H200: the UNet's 16-channel layers at 11-12 TFLOP/s
+in every tile shape). Here a block computes a ``BR x BC`` tile of output positions of one image
+for all ``M`` channels of a group: per chunk of ``CC`` input channels it stages the tile's input
+patch with its halo (``BR + (KH-1)*dh`` rows of ``BC + (KW-1)*dw``, padding staged as 0) and the
+chunk's filter (``CC x taps x M``), and every staged input element then serves ``M x taps``
+terms. Each thread keeps ``TM`` channels by ``TN`` neighbouring positions of one row in
+registers; per channel and filter row it reads its window of ``TN + (KW-1)*dw`` inputs with
+16-byte shared loads, then for each tap of the row adds ``W[i] * x[j + kw*dw]`` to sum (i, j).
+
+**The order.** Every sum runs channel by channel, and within a channel over the taps in
+row-major order, the canonical order of ``conv.py``'s product: the forward direction sums
+``X[o - sp + tap*d]``; the backward direction (unit stride) sums ``X[o + sp - tap*d]`` with the
+taps reversed, which is the same walk over ``tap' = taps - 1 - tap`` ascending with the padding
+``(K-1)*d - sp``: both are ``X[o - P + tap'*d]`` for ``tap'`` ascending. The filter value of
+each term is the product's own ``A`` (``conv.py``'s ``_filter_forward``/``_filter_backward``)
+at ``kk = ci * taps + tap'``, so mirroring and the backward direction's transposition are
+theirs. A skipped term (a position in the padding) is staged as ``x = 0``: with a finite filter
+value it adds ±0, and a sum that starts at +0 is never -0 and is unchanged by ±0 (``tiled.py``
+argues it at length). Channels past the last (a partial chunk) are staged as ``W = x = 0``.
+The staging threads flag a chunk whose filter holds a NaN or an infinity, and such a chunk is
+multiplied with each term's validity checked from its coordinates instead, as the reference
+skips. Each term is the product and the addition of the reference (bit-exact), or one fused
+multiply-add under ``sums="split"`` (``tiled._fused``).
+
+``plan`` decides whether a layer takes this kernel (``fits``: 2-D, unit strides, 2 to 32
+output channels per group, filters of at least 2x2, rows of at least 8) and its tile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from gradc.backends.c.scalar import widen
+from gradc.backends.cuda import tiling
+from gradc.backends.cuda.kernel import BLOCK, CudaKernel
+from gradc.backends.cuda.tiled import _fused, _term, _unrolled
+from gradc.backends.cuda.tiling import SHARED_BLOCK, SMS, cdiv
+
+MAX_CHANNELS = 32  # output channels per group that take this kernel
+# tiles wanted at least (a thread's block of sums shrinks until there are): measured on the
+# H200 (the UNet at batch 64, gpu_launches.py), its 16-channel layers at 64x64 ran 1.46x faster
+# in 1,024 tiles of 4x64 positions (4x4 a thread) than in 512 of 8x64 (4x8 a thread), and the
+# 27-term first layer 2.1x
+MIN_TILES = 8 * SMS
+STAGE = 2048  # input elements staged per chunk, about (the chunk's channels follow from it)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """A unit-stride 2-D convolution as this kernel sees it: ``Y[z*cog + m, oh, ow]`` sums
+    ``A(m, ci*taps + tap') * X[z*cig + ci, oh - P0 + th*d0, ow - P1 + tw*d1]``."""
+
+    nb: int
+    groups: int
+    cig: int
+    cog: int
+    ci_all: int
+    ins: tuple[int, int]  # the input's spatial sizes
+    outs: tuple[int, int]  # the output's
+    ks: tuple[int, int]  # the filter's
+    d: tuple[int, int]
+    pad: tuple[int, int]  # P: the start padding (forward), or (K-1)*d - sp (backward)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The tile: ``TM`` channels by ``TN`` positions of a row per thread, ``G`` channel groups
+    of ``T = 256 / G`` threads, ``TC`` threads along a row (``BC = TC * TN`` columns), ``BR``
+    rows, ``CC`` input channels per chunk."""
+
+    tm: int
+    tn: int
+    g: int
+    tc: int
+    cc: int
+
+    @property
+    def t(self) -> int:
+        return BLOCK // self.g
+
+    @property
+    def bc(self) -> int:
+        return self.tc * self.tn
+
+    @property
+    def br(self) -> int:
+        return self.t // self.tc
+
+    def __str__(self) -> str:
+        return f"{self.g * self.tm}x{self.br}x{self.bc}/{self.tm}x{self.tn} by {self.cc}"
+
+
+def _pow2(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def _vec(acc: str) -> int:
+    return 2 if acc == "double" else 4
+
+
+def _sizes(geo: Geometry, p: Plan, acc: str) -> tuple[int, int, int, int]:
+    """Rows and row pitch of the staged patch, a thread's window (in whole vectors), and the
+    filter's padded channel count."""
+    v = _vec(acc)
+    rows = p.br + (geo.ks[0] - 1) * geo.d[0]
+    window = cdiv(p.tn + (geo.ks[1] - 1) * geo.d[1], v) * v
+    pitch = cdiv(max(p.bc + (geo.ks[1] - 1) * geo.d[1], p.bc - p.tn + window), v) * v
+    return rows, pitch, window, p.g * p.tm
+
+
+def _shared(geo: Geometry, p: Plan, acc: str) -> int:
+    rows, pitch, _, mp = _sizes(geo, p, acc)
+    word = 8 if acc == "double" else 4
+    taps = geo.ks[0] * geo.ks[1]
+    return 2 * p.cc * (rows * pitch + taps * mp) * word + 16
+
+
+def _make(geo: Geometry, tm: int, tn: int, acc: str) -> Plan | None:
+    g = _pow2(cdiv(geo.cog, tm))
+    if g > BLOCK // 32:
+        return None
+    t = BLOCK // g
+    tc = min(t, _pow2(cdiv(geo.outs[1], tn)), max(1, 128 // tn))
+    p = Plan(tm, tn, g, tc, 1)
+    rows, pitch, _, _ = _sizes(geo, p, acc)
+    limit = max(1, min(8, STAGE // (rows * pitch)))
+    cc = max(c for c in range(1, min(limit, geo.cig) + 1) if geo.cig % c == 0 or c == geo.cig)
+    p = Plan(tm, tn, g, tc, cc)
+    while p.cc > 1 and _shared(geo, p, acc) > SHARED_BLOCK:
+        p = Plan(tm, tn, g, tc, p.cc - 1)
+    return p if _shared(geo, p, acc) <= SHARED_BLOCK else None
+
+
+def tiles(geo: Geometry, p: Plan) -> int:
+    return geo.groups * geo.nb * cdiv(geo.outs[0], p.br) * cdiv(geo.outs[1], p.bc)
+
+
+def fits(geo: Geometry) -> bool:
+    """True when a layer's shape suits the kernel (module docstring)."""
+    return (2 <= geo.cog <= MAX_CHANNELS and min(geo.ks) >= 2 and geo.outs[1] >= 8
+            and geo.outs[0] >= 2)
+
+
+def plan(geo: Geometry, acc: str) -> Plan | None:
+    """The tile of a layer, or None when it takes the implicit GEMM."""
+    if not fits(geo):
+        return None
+    v = _vec(acc)
+    tm = min(geo.cog, 4) if geo.cog <= 16 else 8
+    # the most positions per thread that fill the SMs, of the tiles mostly inside the output
+    # (else the one of most tiles)
+    shapes = [p for tn in (8, 4, 2) if tm * tn <= 32 and tn % v == 0
+              for p in [_make(geo, tm, tn, acc)] if p is not None and _waste(geo, p) <= 1.3]
+    if not shapes:
+        return None
+    full = [p for p in shapes if tiles(geo, p) >= MIN_TILES]
+    return full[0] if full else max(shapes, key=lambda p: tiles(geo, p))
+
+
+def _waste(geo: Geometry, p: Plan) -> float:
+    """Positions of the tiles over the output's positions."""
+    padded = cdiv(geo.outs[0], p.br) * p.br * cdiv(geo.outs[1], p.bc) * p.bc
+    return padded / (geo.outs[0] * geo.outs[1])
+
+
+def emit(k: CudaKernel, geo: Geometry, p: Plan, a: tiling.Operand, t_x: tiling.CType,
+         px: str, acc: str, ix: str, setup: Callable[[], Sequence[str]],
+         store: Callable[[str, str, str], Sequence[str]]) -> None:
+    """The kernel (module docstring): ``a`` the filter operand (rows ``m``, terms
+    ``kk = ci*taps + tap'``), ``px`` the input's pointer, ``store(m, n, s)`` the epilogue of
+    output ``(m, n)``, ``n`` counting (image, position)."""
+    k.barrier = True
+    cw = k.code
+    fused = _fused(k)
+    if fused:
+        k.reordered = True
+    (H, W), (OH, OW), (KH, KW), dw, (P0, P1) = geo.ins, geo.outs, geo.ks, geo.d[1], geo.pad
+    taps, po, px_, v = KH * KW, OH * OW, H * W, _vec(acc)
+    rows, pitch, window, mp = _sizes(geo, p, acc)
+    rt, ct = cdiv(OH, p.br), cdiv(OW, p.bc)
+    count = tiles(geo, p)
+    xe, we = p.cc * rows * pitch, p.cc * taps * mp
+    xslots, wslots = cdiv(xe, BLOCK), cdiv(we, BLOCK)
+    chunks = cdiv(geo.cig, p.cc)
+    need = p.bc + (KW - 1) * dw  # columns of the patch that a window reads and uses
+    k.work = min(count, 1 << 30) * BLOCK
+    k.code.comment(f"{geo.groups} x ({geo.cog} x {geo.nb * po}) sums of {geo.cig * taps} "
+                   f"terms; direct convolution {p}")
+    cw.line(f"struct alignas(16) gc_vs {{ {acc} v[{v}]; }};",
+            f"alignas(16) __shared__ {acc} gc_xs[2][{p.cc}][{rows}][{pitch}];",
+            f"alignas(16) __shared__ {acc} gc_ws[2][{p.cc * taps}][{mp}];",
+            "__shared__ int gc_bad[2];",
+            "const int tid = (int)threadIdx.x;",
+            f"const int gi = tid / {p.t}, lt = tid % {p.t};",
+            f"const int tr = lt / {p.tc}, tq = lt % {p.tc};",
+            "if (tid < 2) gc_bad[tid] = 0;", "__syncthreads();", "int q = 0;")
+    # each staging slot's place in the chunk (the same for every tile)
+    for s in range(xslots):
+        e = f"(tid + {BLOCK * s})" if s else "tid"
+        cw.line(f"const int xc{s} = {e} / {rows * pitch}, xr{s} = {e} / {pitch} % {rows}, "
+                f"xq{s} = {e} % {pitch};")
+    for s in range(wslots):
+        e = f"(tid + {BLOCK * s})" if s else "tid"
+        cw.line(f"const int wk{s} = {e} / {mp}, wm{s} = {e} % {mp};",
+                f"const bool win{s} = {e} < {we} && wm{s} < {geo.cog};")
+    cw.line(*(f"{acc} xv{s};" for s in range(xslots)),
+            *(f"{acc} wv{s};" for s in range(wslots)))
+    with cw.block(f"for ({ix} tile = blockIdx.x; tile < {count}; tile += gridDim.x)"):
+        cw.line(f"const {ix} tw = tile % {ct}, th = tile / {ct} % {rt};",
+                f"const {ix} nz = tile / {rt * ct};",
+                f"const {ix} z = nz % {geo.groups}, nbi = nz / {geo.groups};",
+                f"const {ix} oh0 = th * {p.br}, ow0 = tw * {p.bc};")
+        cw.line(*setup())
+        for s in range(xslots):
+            inside = [f"tid + {BLOCK * s} < {xe}"] if (s + 1) * BLOCK > xe else []
+            cw.line(f"const {ix} xh{s} = oh0 - {P0} + xr{s}, xw{s} = ow0 - {P1} + xq{s};")
+            inside += [f"xh{s} >= 0", f"xh{s} < {H}", f"xw{s} >= 0", f"xw{s} < {W}"]
+            if pitch > need:
+                inside.append(f"xq{s} < {need}")
+            cw.line(f"const bool xin{s} = {' && '.join(inside)};",
+                    f"const {ix} xo{s} = (nbi * {geo.ci_all} + z * {geo.cig} + xc{s}) * {px_} "
+                    f"+ xh{s} * {W} + xw{s};")
+        for s in range(wslots):
+            cw.line(*a.row(f"wa{s}", f"wm{s}"))
+        cw.line(f"{acc} c[{p.tm}][{p.tn}];")
+        _unrolled(cw, [f"i < {p.tm}", f"j < {p.tn}"], ["c[i][j] = 0;"])
+        _stage(cw, geo, p, a, t_x, px, acc, xslots, wslots, xe, we, "0", "0")
+        cw.line("__syncthreads();")
+        with cw.block(f"for (int kt = 0; kt < {chunks}; kt++)"):
+            cw.line("const int cur = kt & 1;", f"const bool more = kt + 1 < {chunks};",
+                    "bool bad = false;")
+            with cw.block("if (more)"):
+                _load(cw, geo, p, a, t_x, px, acc, xslots, wslots, f"(kt + 1) * {p.cc}")
+            with cw.block("if (gc_bad[cur] == q)"):
+                _multiply(cw, geo, p, acc, window, fused, True)
+            with cw.orelse():
+                _multiply(cw, geo, p, acc, window, fused, False)
+            with cw.block("if (more)"):
+                _store(cw, p, xslots, wslots, xe, we, "cur ^ 1")
+            cw.line("__syncthreads();")
+        body = [f"const {ix} m = gi * {p.tm} + i;",
+                f"const {ix} oh = oh0 + tr, ow = ow0 + tq * {p.tn} + j;",
+                f"if (m < {geo.cog} && oh < {OH} && ow < {OW})", "{",
+                f"  const {ix} n = nbi * {po} + oh * {OW} + ow;",
+                *("  " + x for x in store("m", "n", "c[i][j]")), "}"]
+        _unrolled(cw, [f"i < {p.tm}", f"j < {p.tn}"], body)
+
+
+def _load(cw, geo: Geometry, p: Plan, a: tiling.Operand, t_x, px: str, acc: str, xslots: int,
+          wslots: int, c0: str) -> None:
+    """The chunk of channels from ``c0`` into registers, flagging a non-finite filter value."""
+    taps = geo.ks[0] * geo.ks[1]
+    for s in range(xslots):
+        ok = f"xin{s}" if geo.cig % p.cc == 0 else f"xin{s} && {c0} + xc{s} < {geo.cig}"
+        cw.line(f"xv{s} = {ok} ? {widen(t_x, f'{px}[xo{s} + ({c0}) * {geo.ins[0] * geo.ins[1]}]')}"
+                f" : ({acc})0;")
+    for s in range(wslots):
+        cw.line(f"wv{s} = 0;")
+        ok = f"win{s}" if geo.cig % p.cc == 0 else \
+            f"win{s} && ({c0}) * {taps} + wk{s} < {geo.cig * taps}"
+        with cw.block(f"if ({ok})"):
+            lines, off, _ = a.at(f"wa{s}", f"(({c0}) * {taps} + wk{s})")
+            cw.line(*lines, f"wv{s} = {widen(a.t, f'{a.ptr}[{off}]')};")
+        cw.line(f"bad |= !(wv{s} - wv{s} == ({acc})0);")
+
+
+def _store(cw, p: Plan, xslots: int, wslots: int, xe: int, we: int, buf: str) -> None:
+    """Registers -> the shared chunk ``buf`` (a partial last slot's spare threads store
+    nothing), and the chunk's flag: this staging's number where a thread saw a non-finite
+    filter value (``tiled.py``'s flags)."""
+    for s in range(xslots):
+        guard = f"if (tid + {BLOCK * s} < {xe}) " if (s + 1) * BLOCK > xe else ""
+        cw.line(f"{guard}(&gc_xs[{buf}][0][0][0])[tid + {BLOCK * s}] = xv{s};")
+    for s in range(wslots):
+        guard = f"if (tid + {BLOCK * s} < {we}) " if (s + 1) * BLOCK > we else ""
+        cw.line(f"{guard}(&gc_ws[{buf}][0][0])[tid + {BLOCK * s}] = wv{s};")
+    cw.line("q++;", f"if (bad) gc_bad[{buf}] = q;")
+
+
+def _stage(cw, geo, p, a, t_x, px, acc, xslots, wslots, xe, we, c0, buf) -> None:
+    """Load and store the first chunk (its own scope: ``bad`` is the chunk's)."""
+    with cw.block():
+        cw.line("bool bad = false;")
+        _load(cw, geo, p, a, t_x, px, acc, xslots, wslots, c0)
+        _store(cw, p, xslots, wslots, xe, we, buf)
+
+
+def _multiply(cw, geo: Geometry, p: Plan, acc: str, window: int, fused: bool,
+              masked: bool) -> None:
+    """The chunk's terms: channel, filter row, tap of the row, in order; ``masked``: each term
+    only where its input position lies inside the input."""
+    (H, W), (KH, KW), (dh, dw), (P0, P1) = geo.ins, geo.ks, geo.d, geo.pad
+    v = _vec(acc)
+    vec_w = p.tm % v == 0
+    if masked:
+        cw.line(f"const int ih0 = (int)(oh0 + tr) - {P0}, iw0 = (int)(ow0 + tq * {p.tn}) - {P1};")
+    cw.line("#pragma unroll" if not masked else "#pragma unroll 1")
+    with cw.block(f"for (int cc = 0; cc < {p.cc}; cc++)"):
+        cw.line("#pragma unroll")
+        with cw.block(f"for (int kh = 0; kh < {KH}; kh++)"):
+            cw.line(f"gc_vs xr[{window // v}];")
+            _unrolled(cw, [f"u < {window // v}"], [
+                f"xr[u] = *(const gc_vs *)&gc_xs[cur][cc][tr + kh * {dh}][tq * {p.tn} + u * {v}];"])
+            if masked:
+                cw.line(f"const bool rok = ih0 + kh * {dh} >= 0 && ih0 + kh * {dh} < {H};")
+            cw.line("#pragma unroll")
+            with cw.block(f"for (int kw = 0; kw < {KW}; kw++)"):
+                tap = f"cc * {KH * KW} + kh * {KW} + kw"
+                if vec_w:
+                    cw.line(f"gc_vs wr[{p.tm // v}];")
+                    _unrolled(cw, [f"u < {p.tm // v}"], [
+                        f"wr[u] = *(const gc_vs *)&gc_ws[cur][{tap}][gi * {p.tm} + u * {v}];"])
+                    wval = f"wr[i / {v}].v[i % {v}]"
+                else:
+                    cw.line(f"{acc} wr[{p.tm}];")
+                    _unrolled(cw, [f"i < {p.tm}"], [f"wr[i] = gc_ws[cur][{tap}][gi * {p.tm} + i];"])
+                    wval = "wr[i]"
+                xval = f"xr[(j + kw * {dw}) / {v}].v[(j + kw * {dw}) % {v}]"
+                term = _term(acc, wval, xval, "c[i][j]", fused, "x")
+                if masked:
+                    cond = (f"rok && iw0 + j + kw * {dw} >= 0 && iw0 + j + kw * {dw} < {W}")
+                    term = [f"if ({cond})", "{", *("  " + x for x in term), "}"]
+                _unrolled(cw, [f"i < {p.tm}", f"j < {p.tn}"], term)
