@@ -21,14 +21,15 @@ each term is the product's own ``A`` (``conv.py``'s ``_filter_forward``/``_filte
 at ``kk = ci * taps + tap'``, so mirroring and the backward direction's transposition are
 theirs. A skipped term (a position in the padding) is staged as ``x = 0``: with a finite filter
 value it adds ±0, and a sum that starts at +0 is never -0 and is unchanged by ±0 (``tiled.py``
-argues it at length). Channels past the last (a partial chunk) are staged as ``W = x = 0``.
+argues it at length). A chunk's channels divide the group's (``_make``).
 The staging threads flag a chunk whose filter holds a NaN or an infinity, and such a chunk is
 multiplied with each term's validity checked from its coordinates instead, as the reference
 skips. Each term is the product and the addition of the reference (bit-exact), or one fused
 multiply-add under ``sums="split"`` (``tiled._fused``).
 
-``plan`` decides whether a layer takes this kernel (``fits``: 2-D, unit strides, 2 to 32
-output channels per group, filters of at least 2x2, rows of at least 8) and its tile.
+``plan`` decides whether a layer takes this kernel (``fits``: 2-D, unit strides, 2 to 64
+output channels per group, filters of at least 2x2, rows of at least 8; tiles mostly inside
+the output, at least ``MIN_TAKEN`` of them) and its tile.
 """
 
 from __future__ import annotations
@@ -42,7 +43,13 @@ from gradc.backends.cuda.kernel import BLOCK, CudaKernel
 from gradc.backends.cuda.tiled import _fused, _term, _unrolled
 from gradc.backends.cuda.tiling import SHARED_BLOCK, SMS, cdiv
 
-MAX_CHANNELS = 32  # output channels per group that take this kernel
+# output channels per group that take this kernel: on the H200 resnet18's 64-channel 3x3 layers
+# at 16x16 and batch 64 (128 tiles) ran 1.13x faster than the implicit GEMM forward, 1.13x
+# backward (gpu_launches.py), once the filter's staging read along its rows
+MAX_CHANNELS = 64
+# tiles a layer needs at least to take this kernel (half the H200's SMs): fewer leave the GPU
+# idle where the implicit GEMM splits its sums; 128 is the fewest measured faster
+MIN_TAKEN = 64
 # tiles wanted at least (a thread's block of sums shrinks until there are): measured on the
 # H200 (the UNet at batch 64, gpu_launches.py), its 16-channel layers at 64x64 ran 1.46x faster
 # in 1,024 tiles of 4x64 positions (4x4 a thread) than in 512 of 8x64 (4x8 a thread), and the
@@ -121,7 +128,7 @@ def _shared(geo: Geometry, p: Plan, acc: str) -> int:
     rows, pitch, _, mp = _sizes(geo, p, acc)
     word = 8 if acc == "double" else 4
     taps = geo.ks[0] * geo.ks[1]
-    return 2 * p.cc * (rows * pitch + taps * mp) * word + 16
+    return 2 * p.cc * (rows * pitch + taps * (mp + _vec(acc))) * word + 16
 
 
 def _make(geo: Geometry, tm: int, tn: int, acc: str) -> Plan | None:
@@ -133,11 +140,12 @@ def _make(geo: Geometry, tm: int, tn: int, acc: str) -> Plan | None:
     p = Plan(tm, tn, g, tc, 1)
     rows, pitch, _, _ = _sizes(geo, p, acc)
     limit = max(1, min(8, STAGE // (rows * pitch)))
-    cc = max(c for c in range(1, min(limit, geo.cig) + 1) if geo.cig % c == 0 or c == geo.cig)
-    p = Plan(tm, tn, g, tc, cc)
-    while p.cc > 1 and _shared(geo, p, acc) > SHARED_BLOCK:
-        p = Plan(tm, tn, g, tc, p.cc - 1)
-    return p if _shared(geo, p, acc) <= SHARED_BLOCK else None
+    # the most channels a chunk that divide the input's (no partial chunk) and fit
+    for cc in range(min(limit, geo.cig), 0, -1):
+        p = Plan(tm, tn, g, tc, cc)
+        if (geo.cig % cc == 0 or cc == 1) and _shared(geo, p, acc) <= SHARED_BLOCK:
+            return p
+    return None
 
 
 def tiles(geo: Geometry, p: Plan) -> int:
@@ -163,7 +171,8 @@ def plan(geo: Geometry, acc: str) -> Plan | None:
     if not shapes:
         return None
     full = [p for p in shapes if tiles(geo, p) >= MIN_TILES]
-    return full[0] if full else max(shapes, key=lambda p: tiles(geo, p))
+    best = full[0] if full else max(shapes, key=lambda p: tiles(geo, p))
+    return best if tiles(geo, best) >= MIN_TAKEN else None
 
 
 def _waste(geo: Geometry, p: Plan) -> float:
@@ -197,7 +206,7 @@ def emit(k: CudaKernel, geo: Geometry, p: Plan, a: tiling.Operand, t_x: tiling.C
                    f"terms; direct convolution {p}")
     cw.line(f"struct alignas(16) gc_vs {{ {acc} v[{v}]; }};",
             f"alignas(16) __shared__ {acc} gc_xs[2][{p.cc}][{rows}][{pitch}];",
-            f"alignas(16) __shared__ {acc} gc_ws[2][{p.cc * taps}][{mp}];",
+            f"alignas(16) __shared__ {acc} gc_ws[2][{p.cc * taps}][{mp + v}];",
             "__shared__ int gc_bad[2];",
             "const int tid = (int)threadIdx.x;",
             f"const int gi = tid / {p.t}, lt = tid % {p.t};",
@@ -210,7 +219,10 @@ def emit(k: CudaKernel, geo: Geometry, p: Plan, a: tiling.Operand, t_x: tiling.C
                 f"xq{s} = {e} % {pitch};")
     for s in range(wslots):
         e = f"(tid + {BLOCK * s})" if s else "tid"
-        cw.line(f"const int wk{s} = {e} / {mp}, wm{s} = {e} % {mp};",
+        # neighbouring threads stage neighbouring terms of a filter row (the filter's layout
+        # in either direction: coalesced reads), into rows padded by a vector (fewer bank
+        # conflicts between the channels they store)
+        cw.line(f"const int wk{s} = {e} % {p.cc * taps}, wm{s} = {e} / {p.cc * taps};",
                 f"const bool win{s} = {e} < {we} && wm{s} < {geo.cog};")
     cw.line(*(f"{acc} xv{s};" for s in range(xslots)),
             *(f"{acc} wv{s};" for s in range(wslots)))
@@ -258,16 +270,14 @@ def emit(k: CudaKernel, geo: Geometry, p: Plan, a: tiling.Operand, t_x: tiling.C
 def _load(cw, geo: Geometry, p: Plan, a: tiling.Operand, t_x, px: str, acc: str, xslots: int,
           wslots: int, c0: str) -> None:
     """The chunk of channels from ``c0`` into registers, flagging a non-finite filter value."""
+    assert geo.cig % p.cc == 0
     taps = geo.ks[0] * geo.ks[1]
     for s in range(xslots):
-        ok = f"xin{s}" if geo.cig % p.cc == 0 else f"xin{s} && {c0} + xc{s} < {geo.cig}"
-        cw.line(f"xv{s} = {ok} ? {widen(t_x, f'{px}[xo{s} + ({c0}) * {geo.ins[0] * geo.ins[1]}]')}"
-                f" : ({acc})0;")
+        at = f"{px}[xo{s} + ({c0}) * {geo.ins[0] * geo.ins[1]}]"
+        cw.line(f"xv{s} = xin{s} ? {widen(t_x, at)} : ({acc})0;")
     for s in range(wslots):
         cw.line(f"wv{s} = 0;")
-        ok = f"win{s}" if geo.cig % p.cc == 0 else \
-            f"win{s} && ({c0}) * {taps} + wk{s} < {geo.cig * taps}"
-        with cw.block(f"if ({ok})"):
+        with cw.block(f"if (win{s})"):
             lines, off, _ = a.at(f"wa{s}", f"(({c0}) * {taps} + wk{s})")
             cw.line(*lines, f"wv{s} = {widen(a.t, f'{a.ptr}[{off}]')};")
         cw.line(f"bad |= !(wv{s} - wv{s} == ({acc})0);")
@@ -282,7 +292,7 @@ def _store(cw, p: Plan, xslots: int, wslots: int, xe: int, we: int, buf: str) ->
         cw.line(f"{guard}(&gc_xs[{buf}][0][0][0])[tid + {BLOCK * s}] = xv{s};")
     for s in range(wslots):
         guard = f"if (tid + {BLOCK * s} < {we}) " if (s + 1) * BLOCK > we else ""
-        cw.line(f"{guard}(&gc_ws[{buf}][0][0])[tid + {BLOCK * s}] = wv{s};")
+        cw.line(f"{guard}gc_ws[{buf}][wk{s}][wm{s}] = wv{s};")
     cw.line("q++;", f"if (bad) gc_bad[{buf}] = q;")
 
 
