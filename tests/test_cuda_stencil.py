@@ -16,6 +16,8 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 import gradc
 from gradc import ops
@@ -314,3 +316,111 @@ def test_nvrtc_compiles_the_filter_gradients(nvrtc_cache, small_grid):
     source = generate(g, {}, sums="split").source
     assert source.count("direct filter gradient") == len(GRADS)
     assert build.compile_cubin(source, build.DEFAULT_ARCH, nvrtc_cache)[:4] == b"\x7fELF"
+
+
+# -- random layers against the reference --------------------------------------------------------
+
+@st.composite
+def _random_layer(draw):
+    """A layer the direct convolution takes (rows of 8 outputs or more), forced onto a random
+    tile: its geometry, attributes and (TM, TN)."""
+    direction = draw(st.sampled_from(["forward", "backward"]))
+    groups = draw(st.sampled_from([1, 2]))
+    cig, cog = draw(st.integers(1, 4)) * groups, draw(st.integers(2, 12)) * groups
+    ks = (draw(st.integers(2, 3)), draw(st.integers(1, 3)) + 1)
+    d = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    sp = (draw(st.integers(0, 2)), draw(st.integers(0, 2)))
+    ep = (draw(st.integers(0, 2)), draw(st.integers(0, 2)))
+    ext = [(k - 1) * dd + 1 for k, dd in zip(ks, d)]
+    if direction == "forward":  # output = input + pads - extent + 1
+        outs = (draw(st.integers(2, 9)), draw(st.integers(8, 20)))
+        ins = tuple(o - s - e + x - 1 for o, s, e, x in zip(outs, sp, ep, ext))
+        xs, ws = (1, cig, *ins), (cog, cig // groups, *ks)
+    else:  # output = input - 1 + extent - pads
+        ins = (draw(st.integers(2, 9)), draw(st.integers(8, 20)))
+        outs = tuple(i - 1 + x - s - e for i, s, e, x in zip(ins, sp, ep, ext))
+        xs, ws = (1, cig, *ins), (cig, cog // groups, *ks)
+    assume(min(ins) >= 1 and outs[1] >= 8 and outs[0] >= 2)
+    attrs = dict(direction=direction, group_count=groups, dilations=d, start_padding=sp,
+                 end_padding=ep, mode=draw(st.sampled_from(["convolution",
+                                                            "cross_correlation"])))
+    tile = draw(st.sampled_from([(1, 4), (2, 8), (3, 4), (4, 4), (4, 8), (8, 4)]))
+    assume(-(-(cog // groups) // tile[0]) <= 8)  # at most 8 groups of channels a block
+    return xs, ws, attrs, tile
+
+
+@settings(max_examples=30, deadline=None)
+@given(layer=_random_layer(), seed=st.integers(0, 2**31 - 1))
+def test_random_layers_match_the_reference(layer, seed, tmp_path_factory):
+    """Random layers (directions, groups, filters of 2-4 taps a side, dilations, uneven
+    padding), random forced tiles, NaN and infinities in both operands: the host harness
+    against the reference, bit for bit."""
+    if "cuda-host" not in cuda_targets():
+        pytest.skip("the host harness needs a C++ compiler")
+    xs, ws, attrs, tile = layer
+    rng = np.random.default_rng(seed)
+    g = gradc.Graph("random_stencil")
+    g.output(ops.convolution(g.input("x", "float32", xs), g.input("w", "float32", ws),
+                             **attrs), "y")
+    feeds = {"x": _special(rng, "float32", xs), "w": _special(rng, "float32", ws)}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(stencil, "plan", lambda geo, acc: stencil._make(geo, *tile, acc))
+        source = generate(gradc.optimize(g).graph, {}).source
+        assert "direct convolution" in source
+        got = _run(g, feeds, "cuda-host", tmp_path_factory)["y"]
+    want = gradc.compile(g, target="reference")(**feeds)["y"]
+    assert_bits(np.asarray(got), want, nan_payload=False)
+
+
+@st.composite
+def _random_grad(draw):
+    """A forward layer whose filter gradient the direct kernel takes: X, dY and dW shapes and
+    the attributes."""
+    groups = draw(st.sampled_from([1, 2]))
+    m = draw(st.integers(2, 32))
+    c = draw(st.sampled_from([8, 12, 16, 24, 32]))
+    assume(-(-m // 4) * c >= 32)
+    ks = (draw(st.integers(2, 3)), draw(st.integers(2, 4)))
+    d = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    sp = (draw(st.integers(0, 2)), draw(st.integers(0, 2)))
+    ep = (draw(st.integers(0, 2)), draw(st.integers(0, 2)))
+    outs = (draw(st.integers(1, 8)), 4 * draw(st.integers(2, 5)))
+    ins = tuple(o - s - e + (k - 1) * dd for o, s, e, k, dd in zip(outs, sp, ep, ks, d))
+    assume(min(ins) >= 1)
+    nb = draw(st.integers(1, 2))
+    attrs = dict(group_count=groups, dilations=d, start_padding=sp, end_padding=ep,
+                 mode=draw(st.sampled_from(["convolution", "cross_correlation"])))
+    return ((nb, c * groups, *ins), (nb, m * groups, *outs), (m * groups, c, *ks), attrs)
+
+
+@settings(max_examples=25, deadline=None)
+@given(layer=_random_grad(), seed=st.integers(0, 2**31 - 1))
+def test_random_filter_gradients_are_within_the_bound(layer, seed, tmp_path_factory):
+    """Random layers' filter gradients under ``sums="split"`` (parts of random lengths): the
+    host harness within the split bound of the reference, the same non-finite values."""
+    if "cuda-host" not in cuda_targets():
+        pytest.skip("the host harness needs a C++ compiler")
+    xs, dys, ws, attrs = layer
+    rng = np.random.default_rng(seed)
+    g = gradc.Graph("random_stencil_grad")
+    g.output(ops.convolution_filter_grad(g.input("x", "float32", xs),
+                                         g.input("dy", "float32", dys), ws, **attrs), "dw")
+    feeds = {"x": rng.standard_normal(xs).astype(np.float32),
+             "dy": _special(rng, "float32", dys)}
+    with pytest.MonkeyPatch.context() as mp:
+        # parts of a random number of rows: at most as many blocks as rows of outputs
+        rows = attrs["group_count"] * dys[0] * dys[2]
+        mp.setattr(stencil_grad, "MIN_BLOCKS", int(rng.integers(1, rows + 1)))
+        mp.setattr(stencil_grad, "MIN_PART", 8)
+        assert "direct filter gradient" in generate(gradc.optimize(g).graph, {},
+                                                     sums="split").source
+        got = np.asarray(_run(g, feeds, "cuda-host", tmp_path_factory, sums="split")["dw"],
+                         np.float64)
+    ref = gradc.compile(g, target="reference")
+    want = ref(**feeds)["dw"].astype(np.float64)
+    absum = ref(**{k: np.abs(v) for k, v in feeds.items()})["dw"].astype(np.float64)
+    bound = 2 * (np.prod(dys) // dys[1]) * np.finfo(np.float32).eps * absum
+    finite = np.isfinite(want)
+    assert (np.isnan(got) == np.isnan(want)).all()
+    assert (got[~finite & ~np.isnan(want)] == want[~finite & ~np.isnan(want)]).all()
+    assert (np.abs(got[finite] - want[finite]) <= bound[finite]).all()
