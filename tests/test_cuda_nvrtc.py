@@ -17,19 +17,8 @@ from gradc import ops
 from gradc.backends.c.scalar import SCALAR
 from gradc.backends.cuda import build, rt
 from gradc.backends.cuda.emit import generate
-from gradc.errors import UnsupportedError
 
 from cuda_cases import CASES
-
-
-@pytest.fixture(scope="module")
-def nvrtc_cache(tmp_path_factory):
-    """A fresh cache directory, or a skip when NVRTC is not installed."""
-    try:
-        rt.nvrtc_version()
-    except UnsupportedError as e:
-        pytest.skip(str(e))
-    return str(tmp_path_factory.mktemp("cubin"))
 
 
 def _cubin(graph: gradc.Graph, cache: str) -> bytes:

@@ -19,9 +19,8 @@ import pytest
 import gradc
 from gradc import ops
 from gradc.backends.c.ctypes_map import ctype
-from gradc.backends.cuda import build, rt, tiling
+from gradc.backends.cuda import build, tiling
 from gradc.backends.cuda.emit import generate
-from gradc.errors import UnsupportedError
 from gradc.ir.types import DType
 
 from helpers import assert_bits, compile_for, cuda_targets
@@ -252,15 +251,6 @@ def test_the_split_policy_takes_the_tiles_measured_fastest(monkeypatch):
     tile, parts = tiling.choose_split(p)
     assert tile.tm * tile.tn == 32, tile  # 8x4 or 4x8, not 8x8
     assert tiling.choose(_product(4096, 4096, 4096)).tm == 8  # a plain gemm keeps 8x8
-
-
-@pytest.fixture(scope="module")
-def nvrtc_cache(tmp_path_factory):
-    try:
-        rt.nvrtc_version()
-    except UnsupportedError as e:
-        pytest.skip(str(e))
-    return str(tmp_path_factory.mktemp("cubin"))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

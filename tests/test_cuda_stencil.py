@@ -21,9 +21,8 @@ from hypothesis import strategies as st
 
 import gradc
 from gradc import ops
-from gradc.backends.cuda import build, rt, stencil, stencil_grad
+from gradc.backends.cuda import build, stencil, stencil_grad
 from gradc.backends.cuda.emit import generate
-from gradc.errors import UnsupportedError
 
 from helpers import assert_bits, compile_for, cuda_targets
 
@@ -188,15 +187,6 @@ def test_strided_and_3d_convolutions_keep_the_implicit_gemm():
     source = generate(gradc.optimize(g).graph, {}).source
     assert "direct convolution" not in source
     assert len(re.findall(r"sums of \d+ terms; tile \d+x", source)) == 2
-
-
-@pytest.fixture(scope="module")
-def nvrtc_cache(tmp_path_factory):
-    try:
-        rt.nvrtc_version()
-    except UnsupportedError as e:
-        pytest.skip(str(e))
-    return str(tmp_path_factory.mktemp("cubin"))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
