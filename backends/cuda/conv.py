@@ -1,5 +1,8 @@
 """convolution and convolution_filter_grad (SPEC-training.md §10) on the cuda target: implicit
-GEMMs through ``tiled.py``, the input read in place (the im2col index computed while staging).
+GEMMs through ``tiled.py``, the input read in place (the im2col index computed while staging);
+a 2-D unit-stride layer of few output channels takes ``stencil.py``'s direct convolution, and
+under ``sums="split"`` its forward filter gradient ``stencil_grad.py``'s (each module's ``plan``
+decides, from the same products' terms and epilogues as below).
 
 Each op is one product per group ``z`` whose terms run in the reference's canonical order:
 
