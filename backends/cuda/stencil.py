@@ -25,7 +25,7 @@ argues it at length). A chunk's channels divide the group's (``_make``).
 The staging threads flag a chunk whose filter holds a NaN or an infinity, and such a chunk is
 multiplied with each term's validity checked from its coordinates instead, as the reference
 skips. Each term is the product and the addition of the reference (bit-exact), or one fused
-multiply-add under ``sums="split"`` (``tiled._fused``).
+multiply-add under ``sums="split"`` (``tiled.fused_terms``).
 
 ``plan`` decides whether a layer takes this kernel (``fits``: 2-D, unit strides, 2 to 64
 output channels per group, filters of at least 2x2, rows of at least 8; tiles mostly inside
@@ -37,10 +37,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from gradc.backends.c.ctypes_map import CType
 from gradc.backends.c.scalar import widen
+from gradc.backends.c.writer import CWriter
 from gradc.backends.cuda import tiling
 from gradc.backends.cuda.kernel import BLOCK, CudaKernel
-from gradc.backends.cuda.tiled import _fused, _term, _unrolled
+from gradc.backends.cuda.tiled import fused_terms, add_term, unrolled
 from gradc.backends.cuda.tiling import SHARED_BLOCK, SMS, cdiv
 
 # output channels per group that take this kernel: on the H200 resnet18's 64-channel 3x3 layers
@@ -181,7 +183,7 @@ def _waste(geo: Geometry, p: Plan) -> float:
     return padded / (geo.outs[0] * geo.outs[1])
 
 
-def emit(k: CudaKernel, geo: Geometry, p: Plan, a: tiling.Operand, t_x: tiling.CType,
+def emit(k: CudaKernel, geo: Geometry, p: Plan, a: tiling.Operand, t_x: CType,
          px: str, acc: str, ix: str, setup: Callable[[], Sequence[str]],
          store: Callable[[str, str, str], Sequence[str]]) -> None:
     """The kernel (module docstring): ``a`` the filter operand (rows ``m``, terms
@@ -189,7 +191,7 @@ def emit(k: CudaKernel, geo: Geometry, p: Plan, a: tiling.Operand, t_x: tiling.C
     output ``(m, n)``, ``n`` counting (image, position)."""
     k.barrier = True
     cw = k.code
-    fused = _fused(k)
+    fused = fused_terms(k)
     if fused:
         k.reordered = True
     (H, W), (OH, OW), (KH, KW), dw, (P0, P1) = geo.ins, geo.outs, geo.ks, geo.d[1], geo.pad
@@ -198,7 +200,8 @@ def emit(k: CudaKernel, geo: Geometry, p: Plan, a: tiling.Operand, t_x: tiling.C
     rt, ct = cdiv(OH, p.br), cdiv(OW, p.bc)
     count = tiles(geo, p)
     xe, we = p.cc * rows * pitch, p.cc * taps * mp
-    xslots, wslots = cdiv(xe, BLOCK), cdiv(we, BLOCK)
+    st = _Staging(cw, geo, p, a, t_x, px, acc, xe, we)
+    xslots, wslots = st.xslots, st.wslots
     chunks = cdiv(geo.cig, p.cc)
     need = p.bc + (KW - 1) * dw  # columns of the patch that a window reads and uses
     k.work = min(count, 1 << 30) * BLOCK
@@ -244,67 +247,90 @@ def emit(k: CudaKernel, geo: Geometry, p: Plan, a: tiling.Operand, t_x: tiling.C
         for s in range(wslots):
             cw.line(*a.row(f"wa{s}", f"wm{s}"))
         cw.line(f"{acc} c[{p.tm}][{p.tn}];")
-        _unrolled(cw, [f"i < {p.tm}", f"j < {p.tn}"], ["c[i][j] = 0;"])
-        _stage(cw, geo, p, a, t_x, px, acc, xslots, wslots, xe, we, "0", "0")
+        unrolled(cw, [f"i < {p.tm}", f"j < {p.tn}"], ["c[i][j] = 0;"])
+        st.first()
         cw.line("__syncthreads();")
         with cw.block(f"for (int kt = 0; kt < {chunks}; kt++)"):
             cw.line("const int cur = kt & 1;", f"const bool more = kt + 1 < {chunks};",
                     "bool bad = false;")
             with cw.block("if (more)"):
-                _load(cw, geo, p, a, t_x, px, acc, xslots, wslots, f"(kt + 1) * {p.cc}")
+                st.load(f"(kt + 1) * {p.cc}")
             with cw.block("if (gc_bad[cur] == q)"):
                 _multiply(cw, geo, p, acc, window, fused, True)
             with cw.orelse():
                 _multiply(cw, geo, p, acc, window, fused, False)
             with cw.block("if (more)"):
-                _store(cw, p, xslots, wslots, xe, we, "cur ^ 1")
+                st.store("cur ^ 1")
             cw.line("__syncthreads();")
         body = [f"const {ix} m = gi * {p.tm} + i;",
                 f"const {ix} oh = oh0 + tr, ow = ow0 + tq * {p.tn} + j;",
                 f"if (m < {geo.cog} && oh < {OH} && ow < {OW})", "{",
                 f"  const {ix} n = nbi * {po} + oh * {OW} + ow;",
                 *("  " + x for x in store("m", "n", "c[i][j]")), "}"]
-        _unrolled(cw, [f"i < {p.tm}", f"j < {p.tn}"], body)
+        unrolled(cw, [f"i < {p.tm}", f"j < {p.tn}"], body)
 
 
-def _load(cw, geo: Geometry, p: Plan, a: tiling.Operand, t_x, px: str, acc: str, xslots: int,
-          wslots: int, c0: str) -> None:
-    """The chunk of channels from ``c0`` into registers, flagging a non-finite filter value."""
-    assert geo.cig % p.cc == 0
-    taps = geo.ks[0] * geo.ks[1]
-    for s in range(xslots):
-        at = f"{px}[xo{s} + ({c0}) * {geo.ins[0] * geo.ins[1]}]"
-        cw.line(f"xv{s} = xin{s} ? {widen(t_x, at)} : ({acc})0;")
-    for s in range(wslots):
-        cw.line(f"wv{s} = 0;")
-        with cw.block(f"if (win{s})"):
-            lines, off, _ = a.at(f"wa{s}", f"(({c0}) * {taps} + wk{s})")
-            cw.line(*lines, f"wv{s} = {widen(a.t, f'{a.ptr}[{off}]')};")
-        cw.line(f"bad |= !(wv{s} - wv{s} == ({acc})0);")
+@dataclass
+class _Staging:
+    """A chunk's staging: the input patch's slots (``xv<s>``: ``xe`` elements) and the
+    filter's (``wv<s>``: ``we``), a thread's ``tid + 256 * s``-th of each."""
+
+    cw: CWriter
+    geo: Geometry
+    p: Plan
+    a: tiling.Operand
+    t_x: CType
+    px: str
+    acc: str
+    xe: int
+    we: int
+
+    @property
+    def xslots(self) -> int:
+        return cdiv(self.xe, BLOCK)
+
+    @property
+    def wslots(self) -> int:
+        return cdiv(self.we, BLOCK)
+
+    def load(self, c0: str) -> None:
+        """The chunk of channels from ``c0`` into registers, flagging a non-finite filter
+        value in ``bad``."""
+        cw, geo, a, acc = self.cw, self.geo, self.a, self.acc
+        assert geo.cig % self.p.cc == 0
+        taps = geo.ks[0] * geo.ks[1]
+        for s in range(self.xslots):
+            at = f"{self.px}[xo{s} + ({c0}) * {geo.ins[0] * geo.ins[1]}]"
+            cw.line(f"xv{s} = xin{s} ? {widen(self.t_x, at)} : ({acc})0;")
+        for s in range(self.wslots):
+            cw.line(f"wv{s} = 0;")
+            with cw.block(f"if (win{s})"):
+                lines, off, _ = a.at(f"wa{s}", f"(({c0}) * {taps} + wk{s})")
+                cw.line(*lines, f"wv{s} = {widen(a.t, f'{a.ptr}[{off}]')};")
+            cw.line(f"bad |= !(wv{s} - wv{s} == ({acc})0);")
+
+    def store(self, buf: str) -> None:
+        """Registers -> the shared chunk ``buf`` (a partial last slot's spare threads store
+        nothing), and the chunk's flag: this staging's number where a thread saw a non-finite
+        filter value (``tiled.py``'s flags)."""
+        cw = self.cw
+        for s in range(self.xslots):
+            guard = f"if (tid + {BLOCK * s} < {self.xe}) " if (s + 1) * BLOCK > self.xe else ""
+            cw.line(f"{guard}(&gc_xs[{buf}][0][0][0])[tid + {BLOCK * s}] = xv{s};")
+        for s in range(self.wslots):
+            guard = f"if (tid + {BLOCK * s} < {self.we}) " if (s + 1) * BLOCK > self.we else ""
+            cw.line(f"{guard}gc_ws[{buf}][wk{s}][wm{s}] = wv{s};")
+        cw.line("q++;", f"if (bad) gc_bad[{buf}] = q;")
+
+    def first(self) -> None:
+        """Load and store the first chunk (its own scope: ``bad`` is the chunk's)."""
+        with self.cw.block():
+            self.cw.line("bool bad = false;")
+            self.load("0")
+            self.store("0")
 
 
-def _store(cw, p: Plan, xslots: int, wslots: int, xe: int, we: int, buf: str) -> None:
-    """Registers -> the shared chunk ``buf`` (a partial last slot's spare threads store
-    nothing), and the chunk's flag: this staging's number where a thread saw a non-finite
-    filter value (``tiled.py``'s flags)."""
-    for s in range(xslots):
-        guard = f"if (tid + {BLOCK * s} < {xe}) " if (s + 1) * BLOCK > xe else ""
-        cw.line(f"{guard}(&gc_xs[{buf}][0][0][0])[tid + {BLOCK * s}] = xv{s};")
-    for s in range(wslots):
-        guard = f"if (tid + {BLOCK * s} < {we}) " if (s + 1) * BLOCK > we else ""
-        cw.line(f"{guard}gc_ws[{buf}][wk{s}][wm{s}] = wv{s};")
-    cw.line("q++;", f"if (bad) gc_bad[{buf}] = q;")
-
-
-def _stage(cw, geo, p, a, t_x, px, acc, xslots, wslots, xe, we, c0, buf) -> None:
-    """Load and store the first chunk (its own scope: ``bad`` is the chunk's)."""
-    with cw.block():
-        cw.line("bool bad = false;")
-        _load(cw, geo, p, a, t_x, px, acc, xslots, wslots, c0)
-        _store(cw, p, xslots, wslots, xe, we, buf)
-
-
-def _multiply(cw, geo: Geometry, p: Plan, acc: str, window: int, fused: bool,
+def _multiply(cw: CWriter, geo: Geometry, p: Plan, acc: str, window: int, fused: bool,
               masked: bool) -> None:
     """The chunk's terms: channel, filter row, tap of the row, in order; ``masked``: each term
     only where its input position lies inside the input."""
@@ -318,7 +344,7 @@ def _multiply(cw, geo: Geometry, p: Plan, acc: str, window: int, fused: bool,
         cw.line("#pragma unroll")
         with cw.block(f"for (int kh = 0; kh < {KH}; kh++)"):
             cw.line(f"gc_vs xr[{window // v}];")
-            _unrolled(cw, [f"u < {window // v}"], [
+            unrolled(cw, [f"u < {window // v}"], [
                 f"xr[u] = *(const gc_vs *)&gc_xs[cur][cc][tr + kh * {dh}][tq * {p.tn} + u * {v}];"])
             if masked:
                 cw.line(f"const bool rok = ih0 + kh * {dh} >= 0 && ih0 + kh * {dh} < {H};")
@@ -327,16 +353,16 @@ def _multiply(cw, geo: Geometry, p: Plan, acc: str, window: int, fused: bool,
                 tap = f"cc * {KH * KW} + kh * {KW} + kw"
                 if vec_w:
                     cw.line(f"gc_vs wr[{p.tm // v}];")
-                    _unrolled(cw, [f"u < {p.tm // v}"], [
+                    unrolled(cw, [f"u < {p.tm // v}"], [
                         f"wr[u] = *(const gc_vs *)&gc_ws[cur][{tap}][gi * {p.tm} + u * {v}];"])
                     wval = f"wr[i / {v}].v[i % {v}]"
                 else:
                     cw.line(f"{acc} wr[{p.tm}];")
-                    _unrolled(cw, [f"i < {p.tm}"], [f"wr[i] = gc_ws[cur][{tap}][gi * {p.tm} + i];"])
+                    unrolled(cw, [f"i < {p.tm}"], [f"wr[i] = gc_ws[cur][{tap}][gi * {p.tm} + i];"])
                     wval = "wr[i]"
                 xval = f"xr[(j + kw * {dw}) / {v}].v[(j + kw * {dw}) % {v}]"
-                term = _term(acc, wval, xval, "c[i][j]", fused, "x")
+                term = add_term(acc, wval, xval, "c[i][j]", fused, "x")
                 if masked:
                     cond = (f"rok && iw0 + j + kw * {dw} >= 0 && iw0 + j + kw * {dw} < {W}")
                     term = [f"if ({cond})", "{", *("  " + x for x in term), "}"]
-                _unrolled(cw, [f"i < {p.tm}", f"j < {p.tn}"], term)
+                unrolled(cw, [f"i < {p.tm}", f"j < {p.tn}"], term)

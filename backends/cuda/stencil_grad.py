@@ -29,10 +29,12 @@ it to the implicit GEMM; the canonical order (``sums="canonical"``) always keeps
 from __future__ import annotations
 
 from dataclasses import dataclass
+from gradc.backends.c.ctypes_map import CType
 from gradc.backends.c.scalar import widen
+from gradc.backends.c.writer import CWriter
 from gradc.backends.cuda import tiled, tiling
 from gradc.backends.cuda.kernel import BLOCK, CudaKernel
-from gradc.backends.cuda.tiled import _unrolled
+from gradc.backends.cuda.tiled import unrolled
 from gradc.backends.cuda.tiling import SHARED_BLOCK, SMS, cdiv
 
 TM = 4  # channels of dY per thread: one 16-byte vector
@@ -124,8 +126,8 @@ def plan(geo: Geometry, acc: str) -> Plan | None:
     return None
 
 
-def emit(k: CudaKernel, geo: Geometry, p: Plan, product: tiling.Product, pdy: str, t_dy,
-         px: str, t_x, ix: str) -> None:
+def emit(k: CudaKernel, geo: Geometry, p: Plan, product: tiling.Product, pdy: str,
+         t_dy: CType, px: str, t_x: CType, ix: str) -> None:
     """The two launches (module docstring); ``product`` is the filter gradient's product
     (``Z = groups``, ``M`` channels of ``dY``, ``N = c x taps``: its epilogue)."""
     k.barrier = True
@@ -140,7 +142,7 @@ def emit(k: CudaKernel, geo: Geometry, p: Plan, product: tiling.Product, pdy: st
     count = geo.groups * cs * parts
     T = p.threads
     xe, de = p.cb * rows * pitch, p.g * TM * p.rc * OW
-    split = tiled._Parts(product, parts, p.rp * OW,
+    split = tiled.Parts(product, parts, p.rp * OW,
                          k.scratch("float", parts * product.z * product.m * product.n))
     k.block = T
     k.work = min(count, 1 << 30) * T
@@ -161,7 +163,7 @@ def emit(k: CudaKernel, geo: Geometry, p: Plan, product: tiling.Product, pdy: st
                 f"* {H * W};",
                 f"const {ix} dbase = (nbi * {geo.groups * geo.m} + z * {geo.m}) * {OH * OW};",
                 f"float c[{TM}][{taps}];")
-        _unrolled(cw, [f"i < {TM}", f"t < {taps}"], ["c[i][t] = 0;"])
+        unrolled(cw, [f"i < {TM}", f"t < {taps}"], ["c[i][t] = 0;"])
         with cw.block(f"for (int rc = 0; rc < {p.rp // p.rc}; rc++)"):
             cw.line(f"const {ix} oh0 = rb * {p.rp} + rc * {p.rc};", "bool bad = false;",
                     "__syncthreads();")  # the previous chunk's readers are done
@@ -191,11 +193,11 @@ def emit(k: CudaKernel, geo: Geometry, p: Plan, product: tiling.Product, pdy: st
                 body.append(f"if (m < {geo.m}) "
                             f"{split.cell('m', f'(cs * {p.cb} + ci) * {taps} + {tap}')} = "
                             f"c[i][{kh * KW + kw}];")
-        _unrolled(cw, [f"i < {TM}"], [f"const {ix} m = gi * {TM} + i;", *body])
+        unrolled(cw, [f"i < {TM}"], [f"const {ix} m = gi * {TM} + i;", *body])
     tiled.sum_parts(k, product, split)
 
 
-def _multiply(cw, geo: Geometry, p: Plan, nv: int, dp: int, pitch: int, cpitch: int,
+def _multiply(cw: CWriter, geo: Geometry, p: Plan, nv: int, dp: int, pitch: int, cpitch: int,
               masked: bool) -> None:
     """The chunk's terms: rows, then positions of a row in fours, in order; ``masked``: each
     term only where its input position lies inside the input."""
@@ -205,12 +207,12 @@ def _multiply(cw, geo: Geometry, p: Plan, nv: int, dp: int, pitch: int, cpitch: 
         cw.line("#pragma unroll 1")
         with cw.block(f"for (int c0 = 0; c0 < {OW}; c0 += 4)"):
             cw.line("gc_vs dv[4];")
-            _unrolled(cw, ["j < 4"], [
+            unrolled(cw, ["j < 4"], [
                 f"dv[j] = *(const gc_vs *)&gc_ds[(r * {OW} + c0 + j) * {dp} + gi * {TM}];"])
             cw.line("#pragma unroll")
             with cw.block(f"for (int kh = 0; kh < {KH}; kh++)"):
                 cw.line(f"gc_vs xw[{nv}];")
-                _unrolled(cw, [f"u < {nv}"], [
+                unrolled(cw, [f"u < {nv}"], [
                     f"xw[u] = *(const gc_vs *)&gc_xs[ci * {cpitch} + (r + kh * {dh}) * {pitch} "
                     f"+ c0 + u * 4];"])
                 if masked:
@@ -222,5 +224,5 @@ def _multiply(cw, geo: Geometry, p: Plan, nv: int, dp: int, pitch: int, cpitch: 
                     w = f"c0 + j + kw * {dw} - {s1}"
                     cond = f"rok && {w} >= 0 && {w} < {W}"
                     term = [f"if ({cond})", "{", *("  " + x for x in term), "}"]
-                _unrolled(cw, ["j < 4", f"kw < {KW}", f"i < {TM}"], term)
+                unrolled(cw, ["j < 4", f"kw < {KW}", f"i < {TM}"], term)
 

@@ -9,7 +9,7 @@ skips rather than multiplying by 0. Every element starts from +0 in ``ACC`` and 
 product with one rounded addition per term, written as two statements (NVRTC runs with
 ``--fmad=false``, the host harness with ``-ffp-contract=off``), so the result is the reference's
 bits whatever the tiling. Under ``sums="split"`` each term is one fused multiply-add instead
-(``_fused``: ``fmaf``/``fma``, one rounding; within §9.5's bound, and correctly rounded, so the
+(``fused_terms``: ``fmaf``/``fma``, one rounding; within §9.5's bound, and correctly rounded, so the
 host harness and every GPU give the same bits).
 
 The tiled kernel (``emit_tiled``), one block of 256 threads per ``BM x BN`` tile of outputs:
@@ -47,7 +47,7 @@ from gradc.backends.cuda import tiling
 from gradc.backends.cuda.kernel import BLOCK, CudaKernel
 from gradc.backends.cuda.tiling import DIRECT, PAD, Lines, Operand, Product, Tile, cdiv
 
-def _fused(k: CudaKernel) -> bool:
+def fused_terms(k: CudaKernel) -> bool:
     """True when this kernel's products add each term with one fused multiply-add: under
     ``sums="split"`` (``fmaf``/``fma``: one rounding per term instead of two, so within
     SPEC-training.md §9.5's bound; an FMA is correctly rounded, so the host harness gives the
@@ -56,7 +56,7 @@ def _fused(k: CudaKernel) -> bool:
     return k.split
 
 
-def _term(acc: str, x: str, y: str, s: str, fused: bool, tmp: str) -> Lines:
+def add_term(acc: str, x: str, y: str, s: str, fused: bool, tmp: str) -> Lines:
     """Add the product ``x * y`` to the sum ``s``: two rounded operations (the reference's; the
     product named ``tmp``), or one fused multiply-add."""
     if fused:
@@ -64,7 +64,7 @@ def _term(acc: str, x: str, y: str, s: str, fused: bool, tmp: str) -> Lines:
     return [f"const {acc} {tmp} = {x} * {y};", f"{s} = {s} + {tmp};"]
 
 
-class _Parts:
+class Parts:
     """A product split along K (``sums="split"``): ``count`` parts of ``length`` terms, each
     part's sums saved in ``scratch`` as ``[part][z][m][n]`` in ACC."""
 
@@ -104,7 +104,7 @@ class _Parts:
                 f"const {ix} n = n0 + {fb.row(f'(jv * {v})')};",
                 f"if ({inside}m < {p.m} && n < {p.n})", "{",
                 f"  *({fb.vec} *)&{self.cell('m', 'n')} = {fb.vec}{{{{{vals}}}}};", "}"]
-        _unrolled(cw, [f"i < {t.tm}", f"jv < {t.tn // v}"], body)
+        unrolled(cw, [f"i < {t.tm}", f"jv < {t.tn // v}"], body)
 
 
 def emit(k: CudaKernel, p: Product, tile: Tile | None = None, parts: int = 1) -> Tile:
@@ -115,7 +115,7 @@ def emit(k: CudaKernel, p: Product, tile: Tile | None = None, parts: int = 1) ->
         t, parts = tiling.choose_split(p) if k.split else (tiling.choose(p), 1)
     else:
         t = tile
-    if _fused(k):  # every term one fused multiply-add: not the reference's rounding
+    if fused_terms(k):  # every term one fused multiply-add: not the reference's rounding
         k.reordered = True
     if parts > 1:
         _emit_split(k, p, t, parts)
@@ -134,7 +134,7 @@ def _emit_split(k: CudaKernel, p: Product, t: Tile, parts: int) -> None:
     k.reordered = True
     length = cdiv(cdiv(p.k, parts), t.bk) * t.bk
     count = cdiv(p.k, length)
-    split = _Parts(p, count, length, k.scratch(p.acc, count * p.z * p.m * p.n))
+    split = Parts(p, count, length, k.scratch(p.acc, count * p.z * p.m * p.n))
     k.code.comment(f"{p.z} x ({p.m} x {p.n}) sums of {p.k} terms in {count} parts of "
                    f"{length} (sums=split); tile {t}")
     if t == DIRECT:
@@ -144,7 +144,7 @@ def _emit_split(k: CudaKernel, p: Product, t: Tile, parts: int) -> None:
     sum_parts(k, p, split)
 
 
-def sum_parts(k: CudaKernel, p: Product, split: _Parts) -> None:
+def sum_parts(k: CudaKernel, p: Product, split: Parts) -> None:
     """The second launch of a split product: a thread per output adds its parts in order from
     +0 and runs the epilogue."""
     k.next_launch()
@@ -162,7 +162,7 @@ def sum_parts(k: CudaKernel, p: Product, split: _Parts) -> None:
 
 # -- the direct kernel -------------------------------------------------------------------------
 
-def emit_direct(k: CudaKernel, p: Product, split: _Parts | None = None) -> None:
+def emit_direct(k: CudaKernel, p: Product, split: Parts | None = None) -> None:
     """A thread per output element: its terms in order, skipped ones not multiplied (``split``:
     the terms of one part, saved to scratch)."""
     cw, ix, acc = k.code, p.ix, p.acc
@@ -187,7 +187,7 @@ def emit_direct(k: CudaKernel, p: Product, split: _Parts | None = None) -> None:
                 cw.line(*lb, f"ok = {vb or 'true'};",
                         f"y = ok ? {widen(p.b.t, f'{p.b.ptr}[{ob}]')} : 0;")
             with cw.block("if (ok)"):
-                cw.line(*_term(acc, "x", "y", "s", _fused(k), "q"))
+                cw.line(*add_term(acc, "x", "y", "s", fused_terms(k), "q"))
         cw.line(*(split.save("m", "n", "s") if split else p.store("m", "n", "s")))
 
 
@@ -231,7 +231,7 @@ class _Frag:
         """Row-major: the thread's vectors of the group of kk at ``k0``."""
         if not self.kmajor:
             cw.line(f"{self.vec} g{self.side}[{self.n}];")
-            _unrolled(cw, [f"i < {self.n}"], [
+            unrolled(cw, [f"i < {self.n}"], [
                 f"g{self.side}[i] = *(const {self.vec} *)&{self.cell('cur', k0, self.row('i'))};"])
 
     def step(self, cw: CWriter, kk: str) -> None:
@@ -239,7 +239,7 @@ class _Frag:
         if self.kmajor:
             cw.line(f"{self.vec} f{self.side}[{self.r}];")
             at = f"{self.var} * {self.v} + r * {self.s}"
-            _unrolled(cw, [f"r < {self.r}"], [
+            unrolled(cw, [f"r < {self.r}"], [
                 f"f{self.side}[r] = *(const {self.vec} *)&{self.name}[cur][{kk}][{at}];"])
 
     def value(self, i: str, kq: str) -> str:
@@ -335,12 +335,12 @@ class _Staging:
                 cw.line(f"{guard}gc_{self.name}k[{buf}][{kk}][{row}] = {self.name}m{s};")
 
 
-def emit_tiled(k: CudaKernel, p: Product, t: Tile, split: _Parts | None = None) -> None:
+def emit_tiled(k: CudaKernel, p: Product, t: Tile, split: Parts | None = None) -> None:
     """The tiled kernel (module docstring); ``split``: the tiles of every part, each summing
     its own K range and saving the sums to scratch."""
     k.barrier = True
     cw, ix, acc = k.code, p.ix, p.acc
-    fused = _fused(k)
+    fused = fused_terms(k)
     masked = _masked(p)
     fa = _Frag("a", t.bm, t.tm, "ty", acc, t.bk)
     fb = _Frag("b", t.bn, t.tn, "tx", acc, t.bk)
@@ -378,7 +378,7 @@ def emit_tiled(k: CudaKernel, p: Product, t: Tile, split: _Parts | None = None) 
         sta.declare(cw, "m0", ix)
         stb.declare(cw, "n0", ix)
         cw.line(f"{acc} c[{t.tm}][{t.tn}];")
-        _unrolled(cw, [f"i < {t.tm}", f"j < {t.tn}"], ["c[i][j] = 0;"])
+        unrolled(cw, [f"i < {t.tm}", f"j < {t.tn}"], ["c[i][j] = 0;"])
         _stage(cw, sta, stb, acc, k0, kcount, masked, ix, "0")
         cw.line("__syncthreads();")
         with cw.block(f"for (int kt = 0; kt < {chunks}; kt++)"):
@@ -407,7 +407,7 @@ def emit_tiled(k: CudaKernel, p: Product, t: Tile, split: _Parts | None = None) 
                 f"if ({inside}m < {p.m} && n < {p.n})", "{",
                 *("  " + x for x in (split.save("m", "n", "c[i][j]") if split
                                      else p.store("m", "n", "c[i][j]"))), "}"]
-        _unrolled(cw, [f"i < {t.tm}", f"j < {t.tn}"], body)
+        unrolled(cw, [f"i < {t.tm}", f"j < {t.tn}"], body)
 
 
 def _masked(p: Product) -> bool:
@@ -438,7 +438,7 @@ def _stage(cw: CWriter, sta: _Staging, stb: _Staging, acc: str, k0: str, kcount:
         _store(cw, sta, stb, buf, masked)
 
 
-def _unrolled(cw: CWriter, conds: Sequence[str], body: Lines) -> None:
+def unrolled(cw: CWriter, conds: Sequence[str], body: Lines) -> None:
     """Fully unrolled loops ``for (int i = 0; <cond>; i++)`` around ``body``."""
     def nest(level: int) -> None:
         if level == len(conds):
@@ -463,8 +463,8 @@ def _multiply(cw: CWriter, t: Tile, fa: _Frag, fb: _Frag, masked: bool, fused: b
         with cw.block(f"for (int kq = 0; kq < {g}; kq++)"):
             fa.step(cw, "k0 + kq")
             fb.step(cw, "k0 + kq")
-            term = _term(fa.acc, fa.value('i', 'kq'), fb.value('j', 'kq'), "c[i][j]", fused, "x")
+            term = add_term(fa.acc, fa.value('i', 'kq'), fb.value('j', 'kq'), "c[i][j]", fused, "x")
             if masked:
                 term = [f"if (gc_bk[cur][k0 + kq][{fb.row('j')}])", "{",
                         *("  " + x for x in term), "}"]
-            _unrolled(cw, [f"i < {t.tm}", f"j < {t.tn}"], term)
+            unrolled(cw, [f"i < {t.tm}", f"j < {t.tn}"], term)
