@@ -116,3 +116,13 @@ def assert_c_compiles_cleanly(graph: gradc.Graph, folder: Any) -> None:
     r = subprocess.run([*cc.split(), "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", omp,
                         "-fsyntax-only", src], capture_output=True, text=True)
     assert r.returncode == 0, f"{graph.name}: {r.stderr[-2000:]}"
+
+
+def with_specials(rng: np.random.Generator, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    """Normal random values with a NaN, +inf, -inf and -0.0 at four random places (at least
+    four elements)."""
+    a = rng.standard_normal(shape).astype(dtype)
+    flat = a.reshape(-1)
+    flat[rng.choice(flat.size, 4, replace=False)] = np.array([np.nan, np.inf, -np.inf, -0.0],
+                                                             dtype)
+    return a

@@ -23,21 +23,13 @@ from gradc.backends.cuda import build, tiling
 from gradc.backends.cuda.emit import generate
 from gradc.ir.types import DType
 
-from helpers import assert_bits, compile_for, cuda_targets
+from helpers import assert_bits, compile_for, cuda_targets, with_specials
 
 pytestmark = pytest.mark.skipif(not cuda_targets(), reason="no C++ compiler for the harness")
 
 PADDED = dict(start_padding=(1, 0), end_padding=(1, 2))
 STRIDED = dict(direction="backward", strides=(2, 1), dilations=(1, 2), start_padding=(0, 1),
                end_padding=(1, 0), output_padding=(1, 0), group_count=2, mode="convolution")
-
-
-def _special(rng: np.random.Generator, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
-    a = rng.standard_normal(shape).astype(dtype)
-    flat = a.reshape(-1)
-    flat[rng.choice(flat.size, 4, replace=False)] = np.array([np.nan, np.inf, -np.inf, -0.0],
-                                                             dtype)
-    return a
 
 
 def _products(dtype: str) -> tuple[gradc.Graph, dict[str, np.ndarray]]:
@@ -56,8 +48,8 @@ def _products(dtype: str) -> tuple[gradc.Graph, dict[str, np.ndarray]]:
     g.output(ops.convolution(v["x"], v["w"], **PADDED), "cv")
     g.output(ops.convolution_filter_grad(v["xt"], dy, (4, 3, 2, 3), **STRIDED), "fg")
     g.output(y, "ct")
-    feeds = {k: _special(rng, dtype, s) for k, s in shapes.items()}
-    feeds["dy"] = _special(rng, dtype, tuple(int(d) for d in y.type.shape))
+    feeds = {k: with_specials(rng, dtype, s) for k, s in shapes.items()}
+    feeds["dy"] = with_specials(rng, dtype, tuple(int(d) for d in y.type.shape))
     return g, feeds
 
 
@@ -152,7 +144,7 @@ def test_phases_without_taps_store_zero_and_the_bias(dtype, sums, target, tmp_pa
         y = ops.convolution(g.input("x", dtype, xs), g.input("w", dtype, ws),
                             g.input("b", dtype, (1, 3, 1, 1)), **f)
         g.output(y, "y")
-        feeds = {"x": _special(rng, dtype, xs), "w": rng.standard_normal(ws).astype(dtype),
+        feeds = {"x": with_specials(rng, dtype, xs), "w": rng.standard_normal(ws).astype(dtype),
                  "b": np.array([1.5, -0.0, np.inf], dtype).reshape(1, 3, 1, 1)}
         want = gradc.compile(g, target="reference")(**feeds)["y"]
         ex = compile_for(g, target, cache_dir=str(tmp_path_factory.getbasetemp() / "cache"),

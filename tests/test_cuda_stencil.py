@@ -24,7 +24,7 @@ from gradc import ops
 from gradc.backends.cuda import build, stencil, stencil_grad
 from gradc.backends.cuda.emit import generate
 
-from helpers import assert_bits, compile_for, cuda_targets
+from helpers import assert_bits, compile_for, cuda_targets, with_specials
 
 pytestmark = pytest.mark.skipif(not cuda_targets(), reason="no C++ compiler for the harness")
 
@@ -46,21 +46,13 @@ LAYERS = [
 CASES = [(i, tile) for i, (_, _, _, tiles) in enumerate(LAYERS) for tile in tiles]
 
 
-def _special(rng: np.random.Generator, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
-    a = rng.standard_normal(shape).astype(dtype)
-    flat = a.reshape(-1)
-    flat[rng.choice(flat.size, 4, replace=False)] = np.array([np.nan, np.inf, -np.inf, -0.0],
-                                                             dtype)
-    return a
-
-
 def _layer(i: int, dtype: str, bias: bool = False, relu: bool = False
            ) -> tuple[gradc.Graph, dict[str, np.ndarray]]:
     xs, ws, attrs, _ = LAYERS[i]
     rng = np.random.default_rng(100 + i)
     g = gradc.Graph(f"stencil{i}_{dtype}")
     x, w = g.input("x", dtype, xs), g.input("w", dtype, ws)
-    feeds = {"x": _special(rng, dtype, xs), "w": _special(rng, dtype, ws)}
+    feeds = {"x": with_specials(rng, dtype, xs), "w": with_specials(rng, dtype, ws)}
     y = ops.convolution(x, w, **attrs)
     if bias:
         shape = (1, int(y.type.shape[1]), 1, 1)
@@ -352,7 +344,7 @@ def test_random_layers_match_the_reference(layer, seed, tmp_path_factory):
     g = gradc.Graph("random_stencil")
     g.output(ops.convolution(g.input("x", "float32", xs), g.input("w", "float32", ws),
                              **attrs), "y")
-    feeds = {"x": _special(rng, "float32", xs), "w": _special(rng, "float32", ws)}
+    feeds = {"x": with_specials(rng, "float32", xs), "w": with_specials(rng, "float32", ws)}
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(stencil, "plan", lambda geo, acc: stencil._make(geo, *tile, acc))
         source = generate(gradc.optimize(g).graph, {}).source
@@ -396,7 +388,7 @@ def test_random_filter_gradients_are_within_the_bound(layer, seed, tmp_path_fact
     g.output(ops.convolution_filter_grad(g.input("x", "float32", xs),
                                          g.input("dy", "float32", dys), ws, **attrs), "dw")
     feeds = {"x": rng.standard_normal(xs).astype(np.float32),
-             "dy": _special(rng, "float32", dys)}
+             "dy": with_specials(rng, "float32", dys)}
     with pytest.MonkeyPatch.context() as mp:
         # parts of a random number of rows: at most as many blocks as rows of outputs
         rows = attrs["group_count"] * dys[0] * dys[2]
