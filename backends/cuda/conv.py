@@ -177,7 +177,7 @@ def emit_convolution(k: CudaKernel) -> None:
                                (kk_sizes[0], kk_sizes[1]), (L.d[0], L.d[1]), (pad[0], pad[1]))
         plan = stencil.plan(geo, t.acc)
         if plan is not None:
-            stencil.emit(k, geo, plan, a_op, t, px_, t.acc, ix, lambda: [], store)
+            stencil.emit(k, geo, plan, a_op, t, px_, ix, store)
             return
     tiled.emit(k, tiling.Product(L.g, cog, nb * po, cig * taps, a_op, b_op, t.acc,
                                 lambda: [], store, ix))
@@ -405,7 +405,7 @@ def emit_filter_grad(k: CudaKernel) -> None:
                                     L.flip)
         plan = stencil_grad.plan(geo, t.acc)
         if plan is not None:
-            stencil_grad.emit(k, geo, plan, product, pit, t, pother, t, ix)
+            stencil_grad.emit(k, geo, plan, product, pit, pother, t)
             return
     tiled.emit(k, product)
 

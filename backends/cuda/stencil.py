@@ -184,11 +184,12 @@ def _waste(geo: Geometry, p: Plan) -> float:
 
 
 def emit(k: CudaKernel, geo: Geometry, p: Plan, a: tiling.Operand, t_x: CType,
-         px: str, acc: str, ix: str, setup: Callable[[], Sequence[str]],
-         store: Callable[[str, str, str], Sequence[str]]) -> None:
+         px: str, ix: str, store: Callable[[str, str, str], Sequence[str]]) -> None:
     """The kernel (module docstring): ``a`` the filter operand (rows ``m``, terms
-    ``kk = ci*taps + tap'``), ``px`` the input's pointer, ``store(m, n, s)`` the epilogue of
-    output ``(m, n)``, ``n`` counting (image, position)."""
+    ``kk = ci*taps + tap'``, reading the group ``z``), ``px`` the input's pointer (``t_x`` its
+    type), ``store(m, n, s)`` the epilogue of output ``(m, n)``, ``n`` counting (image,
+    position)."""
+    acc = t_x.acc
     k.barrier = True
     cw = k.code
     fused = fused_terms(k)
@@ -234,7 +235,6 @@ def emit(k: CudaKernel, geo: Geometry, p: Plan, a: tiling.Operand, t_x: CType,
                 f"const {ix} nz = tile / {rt * ct};",
                 f"const {ix} z = nz % {geo.groups}, nbi = nz / {geo.groups};",
                 f"const {ix} oh0 = th * {p.br}, ow0 = tw * {p.bc};")
-        cw.line(*setup())
         for s in range(xslots):
             inside = [f"tid + {BLOCK * s} < {xe}"] if (s + 1) * BLOCK > xe else []
             cw.line(f"const {ix} xh{s} = oh0 - {P0} + xr{s}, xw{s} = ow0 - {P1} + xq{s};")

@@ -126,10 +126,12 @@ def plan(geo: Geometry, acc: str) -> Plan | None:
     return None
 
 
-def emit(k: CudaKernel, geo: Geometry, p: Plan, product: tiling.Product, pdy: str,
-         t_dy: CType, px: str, t_x: CType, ix: str) -> None:
+def emit(k: CudaKernel, geo: Geometry, p: Plan, product: tiling.Product, pdy: str, px: str,
+         t: CType) -> None:
     """The two launches (module docstring); ``product`` is the filter gradient's product
-    (``Z = groups``, ``M`` channels of ``dY``, ``N = c x taps``: its epilogue)."""
+    (``Z = groups``, ``M`` channels of ``dY``, ``N = c x taps``: its epilogue and index
+    type); ``pdy`` and ``px`` the pointers of dY and X, both of type ``t``."""
+    ix = product.ix
     k.barrier = True
     k.reordered = True
     cw = k.code
@@ -173,11 +175,11 @@ def emit(k: CudaKernel, geo: Geometry, p: Plan, product: tiling.Product, pdy: st
                         f"const {ix} h = oh0 - {s0} + xr, w = xq - {s1};",
                         f"gc_xs[xc * {cpitch} + xr * {pitch} + xq] = h >= 0 && h < {H} && "
                         f"w >= 0 && w < {W} ? "
-                        f"{widen(t_x, f'{px}[xbase + xc * {H * W} + h * {W} + w]')} : 0.0f;")
+                        f"{widen(t, f'{px}[xbase + xc * {H * W} + h * {W} + w]')} : 0.0f;")
             with cw.block(f"for (int e = tid; e < {de}; e += {T})"):
                 cw.line(f"const int dm = e / {p.rc * OW}, dq = e % {p.rc * OW};",
                         f"const float v = dm < {geo.m} ? "
-                        f"{widen(t_dy, f'{pdy}[dbase + dm * {OH * OW} + oh0 * {OW} + dq]')}"
+                        f"{widen(t, f'{pdy}[dbase + dm * {OH * OW} + oh0 * {OW} + dq]')}"
                         " : 0.0f;",
                         "bad |= !(v - v == 0.0f);",
                         f"gc_ds[dq * {dp} + dm] = v;")
