@@ -207,14 +207,30 @@ GRADS = [
     ((2, 16, 13, 20), (2, 5, 12, 16), (5, 16, 3, 3), dict(dilations=(2, 3), start_padding=(1, 0),
                                                           end_padding=(2, 2), mode="convolution")),
     ((2, 8, 16, 16), (2, 32, 16, 16), (32, 8, 3, 3), SAME),
+    # first layers (fewer than 8 input channels): squeezenet1_0's 7x7 stride 2 (rows of 11
+    # positions, parts of 6 and 5 rows, the last chunk of one row, 100 channels of dY in three
+    # blocks), resnet18's (stride 2, padding 3, mirrored, filter rows a thread each),
+    # mobilenet_v2's 3x3 stride 2, one input channel, and groups with dilations and strides
+    ((1, 3, 27, 27), (1, 100, 11, 11), (100, 3, 7, 7), dict(strides=(2, 2))),
+    ((2, 3, 32, 32), (2, 16, 16, 16), (16, 3, 7, 7), dict(strides=(2, 2), start_padding=(3, 3),
+                                                          end_padding=(2, 2),
+                                                          mode="convolution")),
+    ((2, 3, 32, 32), (2, 32, 16, 16), (32, 3, 3, 3), dict(strides=(2, 2), start_padding=(1, 1),
+                                                          end_padding=(0, 0))),
+    ((2, 1, 12, 13), (2, 48, 12, 13), (48, 1, 3, 3), dict(mode="convolution", **SAME)),
+    ((2, 4, 21, 21), (2, 80, 9, 10), (80, 2, 3, 3), dict(group_count=2, strides=(2, 2),
+                                                         dilations=(2, 2), start_padding=(1, 0),
+                                                         end_padding=(0, 2))),
 ]
 
 
 @pytest.fixture
 def small_grid(monkeypatch: pytest.MonkeyPatch) -> None:
     """Blocks enough for these small layers at 4 (several parts an image, several chunks a
-    part), where the kernel wants 3 a multiprocessor."""
+    part), where the kernel wants 3 a multiprocessor; and first layers of any intensity (the
+    3x3 ones are below the speed rule's, their code paths are not)."""
     monkeypatch.setattr(stencil_grad, "MIN_BLOCKS", 4)
+    monkeypatch.setattr(stencil_grad, "MIN_INTENSITY", 0)
 
 
 def _grad(i: int, dtype: str, special: bool) -> tuple[gradc.Graph, dict[str, np.ndarray]]:
@@ -268,17 +284,37 @@ def test_the_filter_gradient_of_float16_data(target, small_grid, tmp_path_factor
 
 def test_the_filter_gradient_keeps_the_implicit_gemm_where_it_must():
     """The canonical order, float64, a backward convolution's filter gradient, rows not a
-    multiple of 4, fewer than 8 input channels, more than 32 channels of dY, and layers whose
-    parts of 64 positions leave SMs idle keep the tiled kernel."""
+    multiple of 4 or strides (8 input channels or more), more than 32 channels of dY, layers
+    whose parts of 64 positions leave SMs idle, and first layers of few products per staged
+    element, too many channels of dY, too wide a filter or too few threads keep the tiled
+    kernel; the first layers of squeezenet1_0 and resnet18 at batch 64 take it."""
     geo = stencil_grad.Geometry(64, 1, 16, 16, (64, 64), (64, 64), (3, 3), (1, 1), (1, 1),
                                 False)
-    assert stencil_grad.plan(geo, "float") is not None
-    assert stencil_grad.plan(geo, "double") is None
-    assert stencil_grad.plan(dataclasses.replace(geo, outs=(64, 62)), "float") is None
-    assert stencil_grad.plan(dataclasses.replace(geo, c=3), "float") is None
-    assert stencil_grad.plan(dataclasses.replace(geo, m=64), "float") is None
-    assert stencil_grad.plan(dataclasses.replace(geo, m=32, c=32, outs=(16, 16)), "float") is None
-    assert str(stencil_grad.plan(geo, "float")) == "16x16 a block, parts of 8 rows by 2"
+    plan = stencil_grad.plan
+    assert plan(geo, "float") is not None
+    assert plan(geo, "double") is None
+    assert plan(dataclasses.replace(geo, outs=(64, 62)), "float") is None
+    assert plan(dataclasses.replace(geo, s=(2, 1)), "float") is None
+    assert plan(dataclasses.replace(geo, m=64), "float") is None
+    assert plan(dataclasses.replace(geo, m=32, c=32, outs=(16, 16)), "float") is None
+    assert str(plan(geo, "float")) == "16x16 a block, parts of 8 rows by 2"
+    first = stencil_grad.Geometry(64, 1, 96, 3, (64, 64), (29, 29), (7, 7), (1, 1), (0, 0),
+                                  False, (2, 2))
+    assert str(plan(first, "float")) == ("48x3 a block, filter rows in 7 groups, 2 blocks of "
+                                         "channels, parts of 8 rows by 2")
+    resnet = dataclasses.replace(first, m=64, outs=(32, 32), sp=(3, 3))
+    assert str(plan(resnet, "float")) == ("32x3 a block, filter rows in 7 groups, 2 blocks of "
+                                          "channels, parts of 8 rows by 2")
+    assert plan(dataclasses.replace(first, m=200), "float") is None  # MAX_M
+    assert plan(dataclasses.replace(first, ks=(11, 11)), "float") is None  # 44 sums a thread
+    assert plan(dataclasses.replace(first, m=4, c=1), "float") is None  # 7 threads
+    assert plan(dataclasses.replace(first, nb=2), "float") is None  # 8 blocks of 29 rows
+    unet = dataclasses.replace(geo, c=3)  # 19 products per staged element
+    assert plan(unet, "float") is None
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(stencil_grad, "MIN_INTENSITY", 0)
+        assert str(plan(unet, "float")) == ("16x3 a block, filter rows in 3 groups, parts of 8 "
+                                            "rows by 2")
     g, _ = _grad(0, "float32", False)
     assert "direct filter gradient" not in generate(gradc.optimize(g).graph, {}).source
     b = gradc.Graph("backward")
@@ -359,18 +395,30 @@ def _random_grad(draw):
     """A forward layer whose filter gradient the direct kernel takes: X, dY and dW shapes and
     the attributes."""
     groups = draw(st.sampled_from([1, 2]))
-    m = draw(st.integers(2, 32))
-    c = draw(st.sampled_from([8, 12, 16, 24, 32]))
-    assume(-(-m // 4) * c >= 32)
-    ks = (draw(st.integers(2, 3)), draw(st.integers(2, 4)))
     d = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
     sp = (draw(st.integers(0, 2)), draw(st.integers(0, 2)))
     ep = (draw(st.integers(0, 2)), draw(st.integers(0, 2)))
-    outs = (draw(st.integers(1, 8)), 4 * draw(st.integers(2, 5)))
-    ins = tuple(o - s - e + (k - 1) * dd for o, s, e, k, dd in zip(outs, sp, ep, ks, d))
+    if draw(st.booleans()):  # 8 input channels or more: unit strides, rows of fours
+        m = draw(st.integers(2, 32))
+        c = draw(st.sampled_from([8, 12, 16, 24, 32]))
+        assume(-(-m // 4) * c >= 32)
+        ks = (draw(st.integers(2, 3)), draw(st.integers(2, 4)))
+        s = (1, 1)
+        outs = (draw(st.integers(1, 8)), 4 * draw(st.integers(2, 5)))
+    else:  # a first layer: any strides and rows, filters up to 7x7, chunks of dY's channels
+        m = draw(st.integers(2, 100))
+        c = draw(st.integers(1, 7))
+        ks = (draw(st.integers(2, 7)), draw(st.integers(2, 7)))
+        s = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+        outs = (draw(st.integers(1, 8)), draw(st.integers(8, 19)))
+    # the smallest input of these outputs, and up to a stride less one more
+    ins = tuple((o - 1) * ss + (k - 1) * dd + 1 - a - b + draw(st.integers(0, ss - 1))
+                for o, ss, k, dd, a, b in zip(outs, s, ks, d, sp, ep))
     assume(min(ins) >= 1)
     nb = draw(st.integers(1, 2))
-    attrs = dict(group_count=groups, dilations=d, start_padding=sp, end_padding=ep,
+    geo = stencil_grad.Geometry(nb, groups, m, c, ins, outs, ks, d, sp, False, s)
+    assume(stencil_grad.fits(geo, "float"))
+    attrs = dict(group_count=groups, dilations=d, start_padding=sp, end_padding=ep, strides=s,
                  mode=draw(st.sampled_from(["convolution", "cross_correlation"])))
     return ((nb, c * groups, *ins), (nb, m * groups, *outs), (m * groups, c, *ks), attrs)
 
@@ -394,6 +442,7 @@ def test_random_filter_gradients_are_within_the_bound(layer, seed, tmp_path_fact
         rows = attrs["group_count"] * dys[0] * dys[2]
         mp.setattr(stencil_grad, "MIN_BLOCKS", int(rng.integers(1, rows + 1)))
         mp.setattr(stencil_grad, "MIN_PART", 8)
+        mp.setattr(stencil_grad, "MIN_INTENSITY", 0)
         assert "direct filter gradient" in generate(gradc.optimize(g).graph, {},
                                                      sums="split").source
         got = np.asarray(_run(g, feeds, "cuda-host", tmp_path_factory, sums="split")["dw"],

@@ -1,7 +1,8 @@
 """convolution and convolution_filter_grad (SPEC-training.md §10) on the cuda target: implicit
 GEMMs through ``tiled.py``, the input read in place (the im2col index computed while staging);
 a 2-D unit-stride layer of few output channels takes ``stencil.py``'s direct convolution, and
-under ``sums="split"`` its forward filter gradient ``stencil_grad.py``'s (each module's ``plan``
+under ``sums="split"`` the filter gradient of a 2-D forward layer of few output channels, or of
+a first layer (few input channels, any strides), ``stencil_grad.py``'s (each module's ``plan``
 decides, from the same products' terms and epilogues as below).
 
 Each op is one product per group ``z`` whose terms run in the reference's canonical order:
@@ -399,10 +400,10 @@ def emit_filter_grad(k: CudaKernel) -> None:
 
     product = tiling.Product(L.g, ca, cf * taps, nb * pi, a_op, b_op, t.acc, lambda: [], store,
                              ix)
-    if k.split and L.forward and L.nd == 2 and max(L.s) == 1:  # stencil_grad.py
+    if k.split and L.forward and L.nd == 2:  # stencil_grad.py
         geo = stencil_grad.Geometry(nb, L.g, ca, cf, (sot[0], sot[1]), (sit[0], sit[1]),
                                     (ksz[0], ksz[1]), (L.d[0], L.d[1]), (L.sp[0], L.sp[1]),
-                                    L.flip)
+                                    L.flip, (L.s[0], L.s[1]))
         plan = stencil_grad.plan(geo, t.acc)
         if plan is not None:
             stencil_grad.emit(k, geo, plan, product, pit, pother, t)
