@@ -172,10 +172,12 @@ def emit_convolution(k: CudaKernel) -> None:
         lines.append(f"{py}[yo] = {narrow(t, value)};")
         return ["{", *("  " + x for x in lines), "}"]
 
-    if L.nd == 2 and max(L.s) == 1:  # few output channels: the direct kernel (stencil.py)
+    if L.nd == 2:  # few output channels, or a first layer: the direct kernel (stencil.py)
+        # (a strided backward convolution took _emit_phases above: the strides are forward's)
         pad = L.sp if L.forward else [(kk_sizes[a] - 1) * L.d[a] - L.sp[a] for a in range(2)]
         geo = stencil.Geometry(nb, L.g, cig, cog, ci_all, (sx[0], sx[1]), (so[0], so[1]),
-                               (kk_sizes[0], kk_sizes[1]), (L.d[0], L.d[1]), (pad[0], pad[1]))
+                               (kk_sizes[0], kk_sizes[1]), (L.d[0], L.d[1]), (pad[0], pad[1]),
+                               (L.s[0], L.s[1]))
         plan = stencil.plan(geo, t.acc)
         if plan is not None:
             stencil.emit(k, geo, plan, a_op, t, px_, ix, store)

@@ -1,5 +1,6 @@
-"""The direct convolution of few output channels: a 2-D, unit-stride convolution whose input
-patch is staged once per chunk of channels and whose every tap reads it from shared memory.
+"""The direct convolution of few output channels, or of a first layer: a 2-D convolution whose
+input patch is staged once per chunk of channels and whose every tap reads it from shared
+memory.
 
 An implicit GEMM (``tiled.py``) stages the im2col matrix ``B``: each staged element serves the
 ``M`` rows of its column, 16 multiply-adds for a 16-channel layer, against some 20 instructions
@@ -11,6 +12,11 @@ chunk's filter (``CC x taps x M``), and every staged input element then serves `
 terms. Each thread keeps ``TM`` channels by ``TN`` neighbouring positions of one row in
 registers; per channel and filter row it reads its window of ``TN + (KW-1)*dw`` inputs with
 16-byte shared loads, then for each tap of the row adds ``W[i] * x[j + kw*dw]`` to sum (i, j).
+
+A first layer (fewer than 8 input channels, forward) may have strides: the patch then spans
+``(BR-1)*sh + (KH-1)*dh + 1`` rows and a window ``(TN-1)*sw + (KW-1)*dw + 1`` inputs, read at
+``j*sw + kw*dw``. Its output channels beyond 8 groups of ``TM`` are cut into ``MS`` chunks,
+each a tile of its own (squeezenet1_0's 96 channels in 3 chunks of 32).
 
 **The order.** Every sum runs channel by channel, and within a channel over the taps in
 row-major order, the canonical order of ``conv.py``'s product: the forward direction sums
@@ -27,8 +33,9 @@ multiplied with each term's validity checked from its coordinates instead, as th
 skips. Each term is the product and the addition of the reference (bit-exact), or one fused
 multiply-add under ``sums="split"`` (``tiled.fused_terms``).
 
-``plan`` decides whether a layer takes this kernel (``fits``: 2-D, unit strides, 2 to 64
-output channels per group, filters of at least 2x2, rows of at least 8; tiles mostly inside
+``plan`` decides whether a layer takes this kernel (``fits``: 2-D, 2 to 64 output channels per
+group or up to ``MAX_FIRST`` for a first layer, filters of at least 2x2, rows of at least 8,
+unit strides or a first layer's of at least ``MIN_STRIDED_TAPS`` taps; tiles mostly inside
 the output, at least ``MIN_TAKEN`` of them) and its tile.
 """
 
@@ -49,6 +56,14 @@ from gradc.backends.cuda.tiling import SHARED_BLOCK, SMS, cdiv
 # at 16x16 and batch 64 (128 tiles) ran 1.13x faster than the implicit GEMM forward, 1.13x
 # backward (gpu_launches.py), once the filter's staging read along its rows
 MAX_CHANNELS = 64
+# output channels of a first layer (fewer than 8 input channels): more than 64 are cut into
+# chunks, a tile each
+MAX_FIRST = 128
+# taps a strided first layer needs at least: on the H200 at batch 64 (gpu_launches.py) the 7x7
+# stride-2 first layers ran faster than the implicit GEMM (squeezenet1_0's 0.124 -> 0.083 ms,
+# resnet18's 0.087 -> under 0.060 ms); a 3x3 strided one (mobilenet_v2's, 27 terms) was not
+# timed apart and keeps the implicit GEMM
+MIN_STRIDED_TAPS = 25
 # tiles a layer needs at least to take this kernel (half the H200's SMs): fewer leave the GPU
 # idle where the implicit GEMM splits its sums; 128 is the fewest measured faster
 MIN_TAKEN = 64
@@ -75,19 +90,22 @@ class Geometry:
     ks: tuple[int, int]  # the filter's
     d: tuple[int, int]
     pad: tuple[int, int]  # P: the start padding (forward), or (K-1)*d - sp (backward)
+    s: tuple[int, int] = (1, 1)  # strides (a first layer's, forward)
 
 
 @dataclass(frozen=True)
 class Plan:
     """The tile: ``TM`` channels by ``TN`` positions of a row per thread, ``G`` channel groups
     of ``T = 256 / G`` threads, ``TC`` threads along a row (``BC = TC * TN`` columns), ``BR``
-    rows, ``CC`` input channels per chunk."""
+    rows, ``CC`` input channels per chunk; a first layer's output channels in ``MS`` chunks of
+    ``G * TM``, a tile each."""
 
     tm: int
     tn: int
     g: int
     tc: int
     cc: int
+    ms: int = 1
 
     @property
     def t(self) -> int:
@@ -102,7 +120,8 @@ class Plan:
         return self.t // self.tc
 
     def __str__(self) -> str:
-        return f"{self.g * self.tm}x{self.br}x{self.bc}/{self.tm}x{self.tn} by {self.cc}"
+        chunks = f" ({self.ms} chunks of channels)" if self.ms > 1 else ""
+        return f"{self.g * self.tm}x{self.br}x{self.bc}/{self.tm}x{self.tn} by {self.cc}{chunks}"
 
 
 def _pow2(n: int) -> int:
@@ -119,11 +138,16 @@ def _vec(acc: str) -> int:
 def _sizes(geo: Geometry, p: Plan, acc: str) -> tuple[int, int, int, int]:
     """Rows and row pitch of the staged patch, a thread's window (in whole vectors), and the
     filter's padded channel count."""
-    v = _vec(acc)
-    rows = p.br + (geo.ks[0] - 1) * geo.d[0]
-    window = cdiv(p.tn + (geo.ks[1] - 1) * geo.d[1], v) * v
-    pitch = cdiv(max(p.bc + (geo.ks[1] - 1) * geo.d[1], p.bc - p.tn + window), v) * v
+    v, (sh, sw) = _vec(acc), geo.s
+    rows = (p.br - 1) * sh + (geo.ks[0] - 1) * geo.d[0] + 1
+    window = cdiv((p.tn - 1) * sw + (geo.ks[1] - 1) * geo.d[1] + 1, v) * v
+    pitch = cdiv(max(_need(geo, p), (p.bc - p.tn) * sw + window), v) * v
     return rows, pitch, window, p.g * p.tm
+
+
+def _need(geo: Geometry, p: Plan) -> int:
+    """The columns of the patch that the tile's windows read and use."""
+    return (p.bc - 1) * geo.s[1] + (geo.ks[1] - 1) * geo.d[1] + 1
 
 
 def _shared(geo: Geometry, p: Plan, acc: str) -> int:
@@ -134,30 +158,41 @@ def _shared(geo: Geometry, p: Plan, acc: str) -> int:
 
 
 def _make(geo: Geometry, tm: int, tn: int, acc: str) -> Plan | None:
-    g = _pow2(cdiv(geo.cog, tm))
-    if g > BLOCK // 32:
+    # the output channels in chunks of at most 8 groups of TM where they do not fit one (first
+    # layers only): of up to twice the fewest chunks, the fewest idle groups, then the fewest
+    # chunks (each stages the input patch again). Measured on the H200 (squeezenet1_0's
+    # 96-channel first layer at batch 64): 3 chunks of 4 groups 0.083 ms, 2 chunks of 8 groups
+    # (2 idle) 0.104 ms, the implicit GEMM 0.124 ms
+    fit = [(ms, _pow2(cdiv(cdiv(geo.cog, ms), tm))) for ms in range(1, cdiv(geo.cog, tm) + 1)]
+    fit = [(ms, g) for ms, g in fit if g <= BLOCK // 32 and (ms == 1 or geo.cig < 8)]
+    if not fit:
         return None
+    fit = [f for f in fit if f[0] <= 2 * fit[0][0]]
+    ms, g = min(fit, key=lambda f: (f[0] * f[1] * tm - geo.cog, f[0])) if fit[0][0] > 1 \
+        else fit[0]
     t = BLOCK // g
     tc = min(t, _pow2(cdiv(geo.outs[1], tn)), max(1, 128 // tn))
-    p = Plan(tm, tn, g, tc, 1)
+    p = Plan(tm, tn, g, tc, 1, ms)
     rows, pitch, _, _ = _sizes(geo, p, acc)
     limit = max(1, min(8, STAGE // (rows * pitch)))
     # the most channels a chunk that divide the input's (no partial chunk) and fit
     for cc in range(min(limit, geo.cig), 0, -1):
-        p = Plan(tm, tn, g, tc, cc)
+        p = Plan(tm, tn, g, tc, cc, ms)
         if (geo.cig % cc == 0 or cc == 1) and _shared(geo, p, acc) <= SHARED_BLOCK:
             return p
     return None
 
 
 def tiles(geo: Geometry, p: Plan) -> int:
-    return geo.groups * geo.nb * cdiv(geo.outs[0], p.br) * cdiv(geo.outs[1], p.bc)
+    return geo.groups * geo.nb * p.ms * cdiv(geo.outs[0], p.br) * cdiv(geo.outs[1], p.bc)
 
 
 def fits(geo: Geometry) -> bool:
     """True when a layer's shape suits the kernel (module docstring)."""
-    return (2 <= geo.cog <= MAX_CHANNELS and min(geo.ks) >= 2 and geo.outs[1] >= 8
-            and geo.outs[0] >= 2)
+    first = geo.cig < 8  # a first layer: strides, and more output channels in chunks
+    return (2 <= geo.cog <= (MAX_FIRST if first else MAX_CHANNELS) and min(geo.ks) >= 2
+            and geo.outs[1] >= 8 and geo.outs[0] >= 2
+            and (geo.s == (1, 1) or first and geo.ks[0] * geo.ks[1] >= MIN_STRIDED_TAPS))
 
 
 def plan(geo: Geometry, acc: str) -> Plan | None:
@@ -195,8 +230,8 @@ def emit(k: CudaKernel, geo: Geometry, p: Plan, a: tiling.Operand, t_x: CType,
     fused = fused_terms(k)
     if fused:
         k.reordered = True
-    (H, W), (OH, OW), (KH, KW), dw, (P0, P1) = geo.ins, geo.outs, geo.ks, geo.d[1], geo.pad
-    taps, po, px_, v = KH * KW, OH * OW, H * W, _vec(acc)
+    (H, W), (OH, OW), (KH, KW), (P0, P1) = geo.ins, geo.outs, geo.ks, geo.pad
+    (sh, sw), taps, po, px_, v = geo.s, KH * KW, OH * OW, H * W, _vec(acc)
     rows, pitch, window, mp = _sizes(geo, p, acc)
     rt, ct = cdiv(OH, p.br), cdiv(OW, p.bc)
     count = tiles(geo, p)
@@ -204,7 +239,7 @@ def emit(k: CudaKernel, geo: Geometry, p: Plan, a: tiling.Operand, t_x: CType,
     st = _Staging(cw, geo, p, a, t_x, px, acc, xe, we)
     xslots, wslots = st.xslots, st.wslots
     chunks = cdiv(geo.cig, p.cc)
-    need = p.bc + (KW - 1) * dw  # columns of the patch that a window reads and uses
+    need = _need(geo, p)
     k.work = min(count, 1 << 30) * BLOCK
     k.code.comment(f"{geo.groups} x ({geo.cog} x {geo.nb * po}) sums of {geo.cig * taps} "
                    f"terms; direct convolution {p}")
@@ -231,13 +266,18 @@ def emit(k: CudaKernel, geo: Geometry, p: Plan, a: tiling.Operand, t_x: CType,
     cw.line(*(f"{acc} xv{s};" for s in range(xslots)),
             *(f"{acc} wv{s};" for s in range(wslots)))
     with cw.block(f"for ({ix} tile = blockIdx.x; tile < {count}; tile += gridDim.x)"):
-        cw.line(f"const {ix} tw = tile % {ct}, th = tile / {ct} % {rt};",
-                f"const {ix} nz = tile / {rt * ct};",
-                f"const {ix} z = nz % {geo.groups}, nbi = nz / {geo.groups};",
+        cw.line(f"const {ix} tw = tile % {ct}, th = tile / {ct} % {rt};")
+        if p.ms > 1:
+            cw.line(f"const {ix} mc = tile / {rt * ct} % {p.ms}, nz = tile / {rt * ct * p.ms};")
+        else:
+            cw.line(f"const {ix} nz = tile / {rt * ct};")
+        cw.line(f"const {ix} z = nz % {geo.groups}, nbi = nz / {geo.groups};",
                 f"const {ix} oh0 = th * {p.br}, ow0 = tw * {p.bc};")
         for s in range(xslots):
             inside = [f"tid + {BLOCK * s} < {xe}"] if (s + 1) * BLOCK > xe else []
-            cw.line(f"const {ix} xh{s} = oh0 - {P0} + xr{s}, xw{s} = ow0 - {P1} + xq{s};")
+            at = ("oh0", "ow0") if geo.s == (1, 1) else (f"oh0 * {sh}", f"ow0 * {sw}")
+            cw.line(f"const {ix} xh{s} = {at[0]} - {P0} + xr{s}, "
+                    f"xw{s} = {at[1]} - {P1} + xq{s};")
             inside += [f"xh{s} >= 0", f"xh{s} < {H}", f"xw{s} >= 0", f"xw{s} < {W}"]
             if pitch > need:
                 inside.append(f"xq{s} < {need}")
@@ -245,7 +285,7 @@ def emit(k: CudaKernel, geo: Geometry, p: Plan, a: tiling.Operand, t_x: CType,
                     f"const {ix} xo{s} = (nbi * {geo.ci_all} + z * {geo.cig} + xc{s}) * {px_} "
                     f"+ xh{s} * {W} + xw{s};")
         for s in range(wslots):
-            cw.line(*a.row(f"wa{s}", f"wm{s}"))
+            cw.line(*a.row(f"wa{s}", f"(mc * {mp} + wm{s})" if p.ms > 1 else f"wm{s}"))
         cw.line(f"{acc} c[{p.tm}][{p.tn}];")
         unrolled(cw, [f"i < {p.tm}", f"j < {p.tn}"], ["c[i][j] = 0;"])
         st.first()
@@ -262,7 +302,7 @@ def emit(k: CudaKernel, geo: Geometry, p: Plan, a: tiling.Operand, t_x: CType,
             with cw.block("if (more)"):
                 st.store("cur ^ 1")
             cw.line("__syncthreads();")
-        body = [f"const {ix} m = gi * {p.tm} + i;",
+        body = [f"const {ix} m = {f'mc * {mp} + ' if p.ms > 1 else ''}gi * {p.tm} + i;",
                 f"const {ix} oh = oh0 + tr, ow = ow0 + tq * {p.tn} + j;",
                 f"if (m < {geo.cog} && oh < {OH} && ow < {OW})", "{",
                 f"  const {ix} n = nbi * {po} + oh * {OW} + ow;",
@@ -304,7 +344,9 @@ class _Staging:
             cw.line(f"xv{s} = xin{s} ? {widen(self.t_x, at)} : ({acc})0;")
         for s in range(self.wslots):
             cw.line(f"wv{s} = 0;")
-            with cw.block(f"if (win{s})"):
+            inside = f" && mc * {self.p.g * self.p.tm} + wm{s} < {geo.cog}" \
+                if self.p.ms > 1 else ""
+            with cw.block(f"if (win{s}{inside})"):
                 lines, off, _ = a.at(f"wa{s}", f"(({c0}) * {taps} + wk{s})")
                 cw.line(*lines, f"wv{s} = {widen(a.t, f'{a.ptr}[{off}]')};")
             cw.line(f"bad |= !(wv{s} - wv{s} == ({acc})0);")
@@ -334,18 +376,23 @@ def _multiply(cw: CWriter, geo: Geometry, p: Plan, acc: str, window: int, fused:
               masked: bool) -> None:
     """The chunk's terms: channel, filter row, tap of the row, in order; ``masked``: each term
     only where its input position lies inside the input."""
-    (H, W), (KH, KW), (dh, dw), (P0, P1) = geo.ins, geo.ks, geo.d, geo.pad
+    (H, W), (KH, KW), (dh, dw), (P0, P1), (sh, sw) = geo.ins, geo.ks, geo.d, geo.pad, geo.s
     v = _vec(acc)
     vec_w = p.tm % v == 0
-    if masked:
+    if masked and (sh, sw) == (1, 1):
         cw.line(f"const int ih0 = (int)(oh0 + tr) - {P0}, iw0 = (int)(ow0 + tq * {p.tn}) - {P1};")
+    elif masked:
+        cw.line(f"const int ih0 = (int)(oh0 + tr) * {sh} - {P0}, "
+                f"iw0 = (int)(ow0 + tq * {p.tn}) * {sw} - {P1};")
     cw.line("#pragma unroll" if not masked else "#pragma unroll 1")
     with cw.block(f"for (int cc = 0; cc < {p.cc}; cc++)"):
         cw.line("#pragma unroll")
         with cw.block(f"for (int kh = 0; kh < {KH}; kh++)"):
             cw.line(f"gc_vs xr[{window // v}];")
+            row = "tr" if sh == 1 else f"tr * {sh}"
+            col = f"tq * {p.tn}" if sw == 1 else f"tq * {p.tn * sw}"
             unrolled(cw, [f"u < {window // v}"], [
-                f"xr[u] = *(const gc_vs *)&gc_xs[cur][cc][tr + kh * {dh}][tq * {p.tn} + u * {v}];"])
+                f"xr[u] = *(const gc_vs *)&gc_xs[cur][cc][{row} + kh * {dh}][{col} + u * {v}];"])
             if masked:
                 cw.line(f"const bool rok = ih0 + kh * {dh} >= 0 && ih0 + kh * {dh} < {H};")
             cw.line("#pragma unroll")
@@ -360,9 +407,10 @@ def _multiply(cw: CWriter, geo: Geometry, p: Plan, acc: str, window: int, fused:
                     cw.line(f"{acc} wr[{p.tm}];")
                     unrolled(cw, [f"i < {p.tm}"], [f"wr[i] = gc_ws[cur][{tap}][gi * {p.tm} + i];"])
                     wval = "wr[i]"
-                xval = f"xr[(j + kw * {dw}) / {v}].v[(j + kw * {dw}) % {v}]"
+                at = f"j + kw * {dw}" if sw == 1 else f"j * {sw} + kw * {dw}"
+                xval = f"xr[({at}) / {v}].v[({at}) % {v}]"
                 term = add_term(acc, wval, xval, "c[i][j]", fused, "x")
                 if masked:
-                    cond = (f"rok && iw0 + j + kw * {dw} >= 0 && iw0 + j + kw * {dw} < {W}")
+                    cond = (f"rok && iw0 + {at} >= 0 && iw0 + {at} < {W}")
                     term = [f"if ({cond})", "{", *("  " + x for x in term), "}"]
                 unrolled(cw, [f"i < {p.tm}", f"j < {p.tn}"], term)
